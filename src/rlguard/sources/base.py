@@ -1,0 +1,61 @@
+"""What every log reader produces: records in file order, knowing nothing of rules.
+
+A reader turns one training log into :class:`LogRecord` objects, one per logged step (or
+per logged dict), in the order they appear in the file. Metric names are the raw names the
+trainer wrote (``actor/kl_loss``, ``eval_loss``...); mapping them onto rlguard's canonical
+vocabulary is :mod:`rlguard.vocab`'s job, not the reader's.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import ClassVar, Iterator
+
+
+@dataclass(slots=True)
+class LogRecord:
+    """One logged step.
+
+    ``metrics`` maps raw metric name to float. ``nan``/``inf`` are kept as floats (they are
+    what the non-finite rule looks for); a value that is missing (``None`` in a console dict,
+    an empty CSV cell) is simply absent. ``resolution`` holds, for metrics printed with a fixed
+    number of decimals (verl's console prints 3), the printed quantum (``0.001``): a printed
+    ``0.000`` then means "below 0.0005", not zero. Exact values have no entry.
+    """
+
+    step: int
+    metrics: dict[str, float]
+    line: int
+    resolution: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class ReadStats:
+    """What a reader skipped, so nothing is dropped silently."""
+
+    lines: int = 0
+    records: int = 0
+    skipped_lines: int = 0  # noise: progress bars, banners, blank lines
+    bad_values: int = 0  # metric values that were not numbers (dropped, counted)
+    first_bad_line: int | None = None  # line number of the first dropped value/record
+    first_bad_reason: str | None = None
+
+
+class Reader(ABC):
+    """One log format. Subclasses set ``name`` and implement :meth:`records`."""
+
+    name: ClassVar[str]
+    #: one-line description shown by ``rlguard check --help``
+    summary: ClassVar[str]
+
+    def __init__(self) -> None:
+        self.stats = ReadStats()
+
+    @classmethod
+    @abstractmethod
+    def sniff(cls, head: str, path: str) -> bool:
+        """True if the first few KB of the file (``head``) look like this format."""
+
+    @abstractmethod
+    def records(self, path: str) -> Iterator[LogRecord]:
+        """Yield records in file order; raise LogFormatError (path, line) if unusable."""
