@@ -1,0 +1,120 @@
+"""The one alert shape that every part of rlguard speaks.
+
+What ``rlguard check --format json`` prints is :meth:`Alert.to_dict`; the trainer, the
+callback, the daemon, Slack, Prometheus and reports all receive the same object.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Severity(str, Enum):
+    """What a severity means (the same in every rule pack).
+
+    - ``info``: worth knowing, no action needed (a plateau, a change of regime).
+    - ``warning``: the run is probably going wrong; a person should look soon.
+    - ``critical``: the run is broken or wasting compute now; stopping is justified.
+    """
+
+    INFO = "info"
+    WARNING = "warning"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+
+_SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
+
+
+class Action(str, Enum):
+    """What the watchdog decides: notify, save a checkpoint now, or stop (saving the best)."""
+
+    ALERT = "alert"
+    CHECKPOINT = "checkpoint"
+    STOP = "stop"
+
+    @property
+    def rank(self) -> int:
+        return _ACTION_RANK[self]
+
+
+_ACTION_RANK = {Action.ALERT: 0, Action.CHECKPOINT: 1, Action.STOP: 2}
+
+
+class Kind(str, Enum):
+    """The fixed vocabulary of alert kinds."""
+
+    NONFINITE = "nonfinite"
+    VAL_DIVERGENCE = "val_divergence"
+    BETA_COLLAPSE = "beta_collapse"
+    KL_LOW = "kl_low"
+    KL_HIGH = "kl_high"
+    REWARD_VARIANCE_COLLAPSE = "reward_variance_collapse"
+    ENTROPY_COLLAPSE = "entropy_collapse"
+    LOSS_SPIKE = "loss_spike"
+    GRAD_EXPLOSION = "grad_explosion"
+    LENGTH_EXPLOSION = "length_explosion"
+    REWARD_DROP = "reward_drop"
+    LR_ZERO = "lr_zero"
+    PLATEAU = "plateau"
+    CHANGE_POINT = "change_point"
+    REGRESSION = "regression"
+    STALL = "stall"
+    DUPLICATE_RUN = "duplicate_run"
+
+
+@dataclass(slots=True)
+class Alert:
+    """A rule that fired (or resolved) on one metric of one run, with its reason."""
+
+    run: str
+    rule: str
+    kind: str
+    severity: str
+    action: str
+    step: int
+    metric: str
+    value: float | None
+    message: str
+    status: str = "firing"  # firing | resolved
+    line: int | None = None  # line of the log record that fired it
+    checkpoint_step: int | None = None  # for stop: the best step to keep
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        if d["value"] is not None and not math.isfinite(d["value"]):
+            d["value"] = None  # JSON has no NaN; the message says what it was
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Alert":
+        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**fields)
+
+
+@dataclass(slots=True)
+class Decision:
+    """What the watchdog decided at a step, and why. ``alert`` is None for a new-best checkpoint."""
+
+    action: Action
+    step: int
+    reason: str
+    alert: Alert | None = None
+    kind: str = "new_best"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"action": self.action.value, "step": self.step,
+                               "reason": self.reason, "kind": self.kind}
+        if self.alert is not None:
+            out["alert"] = self.alert.to_dict()
+        return out

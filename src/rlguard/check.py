@@ -1,0 +1,89 @@
+"""``rlguard check``: replay one log through the watchdog and report."""
+from __future__ import annotations
+
+import sys
+from typing import Iterator
+
+from .alerts import Action, Decision, Severity
+from .rulespec import load_packs
+from .sources import detect_format, open_reader
+from .sources.base import LogRecord
+from .watchdog import Watchdog
+
+
+def chunks(it: Iterator[LogRecord], size: int) -> Iterator[list[LogRecord]]:
+    buf: list[LogRecord] = []
+    for rec in it:
+        buf.append(rec)
+        if len(buf) >= size:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def run_check(path: str, *, rules, input_format, out_format, baselines, decisions, run, chunk) -> int:
+    packs = load_packs(rules)  # rules first: a bad rule file is reported before reading a big log
+    fmt_name = input_format or detect_format(path)
+    reader = open_reader(path, fmt_name)
+    wd = Watchdog(packs=packs, run=run, baselines=baselines)
+    all_decisions: list[Decision] = []
+    out = sys.stdout
+    first = last = None
+    n = 0
+    for buf in chunks(reader.records(path), chunk):
+        n += len(buf)
+        first = buf[0].step if first is None else first
+        last = buf[-1].step
+        ds = wd.ingest(buf)
+        all_decisions.extend(ds)
+        if out_format == "json":
+            _emit_json(out, ds, decisions)
+    stats = reader.stats
+    if n == 0:
+        from .errors import LogFormatError
+
+        raise LogFormatError(f"no training records found ({fmt_name} format; {stats.lines} lines read)",
+                             path=path, line=stats.first_bad_line)
+    notes = _notes(wd, stats)
+    if out_format == "json":
+        for note in notes:
+            print(f"rlguard: {path}: {note}", file=sys.stderr)
+    else:
+        from .render import render_text
+
+        best = (wd.best.metric, wd.best.value, wd.best.step) if wd.best and wd.best.value is not None else None
+        render_text(out, path=path, fmt_name=fmt_name, records=n, steps=(first, last), notes=notes,
+                    alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best)
+    out.flush()
+    bad = any(a.status == "firing" and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
+    return 1 if bad else 0
+
+
+def _emit_json(out, ds: list[Decision], with_decisions: bool) -> None:
+    import json
+
+    for d in ds:
+        if d.alert is not None:
+            out.write(d.alert.to_json() + "\n")
+        elif with_decisions and d.action is Action.CHECKPOINT:
+            out.write(json.dumps({"run": "", "rule": "best-checkpoint", "kind": d.kind, "severity": "info",
+                                  "action": "checkpoint", "step": d.step, "metric": "", "value": None,
+                                  "message": d.reason}) + "\n")
+
+
+def _notes(wd: Watchdog, stats) -> list[str]:
+    notes = []
+    if stats.skipped_lines:
+        where = f" (first at line {stats.first_bad_line}: {stats.first_bad_reason})" if stats.first_bad_line else ""
+        notes.append(f"{stats.skipped_lines} line(s) were not training records and were skipped{where}")
+    if stats.bad_values:
+        notes.append(f"{stats.bad_values} value(s) were not numbers and were dropped")
+    if wd.duplicates:
+        notes.append(f"{wd.duplicates} repeated record(s) ignored")
+    if wd.summaries:
+        notes.append(f"{wd.summaries} end-of-training summary record(s) skipped")
+    used = sorted(f"{c}<-{s}" for c, s in wd.naming.source.items() if c != s)
+    if used:
+        notes.append("metrics read as: " + ", ".join(used))
+    return notes

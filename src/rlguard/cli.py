@@ -1,0 +1,173 @@
+"""The ``rlguard`` command line.
+
+    rlguard check PATH [--rules FILE_OR_DIR ...] [--input-format F] [--format text|json]
+    rlguard rules check FILE...       validate rule packs (and alias tables)
+    rlguard rules test [PATH...]      run rule unit tests (default: the shipped ones)
+    rlguard rules list [--rules ...]  list the rules in use
+
+Exit status of ``check``: 0 no warning/critical alert, 1 alerts fired, 2 unusable input or
+usage (the message on stderr names the file and line).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .alerts import Severity
+from .errors import InputError, RLGuardError
+
+CHUNK = 50_000  # records per watchdog chunk: bounded memory, same results as one chunk
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return args.func(args)
+    except InputError as exc:
+        print(f"rlguard: error: {exc}", file=sys.stderr)
+        return 2
+    except RLGuardError as exc:
+        print(f"rlguard: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    except KeyboardInterrupt:
+        print("rlguard: interrupted", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .sources import READERS
+
+    p = argparse.ArgumentParser(prog="rlguard", description="Training-health monitor for RL fine-tuning runs.")
+    p.add_argument("--version", action="version", version=f"rlguard {_version()}")
+    sub = p.add_subparsers(dest="command")
+
+    c = sub.add_parser("check", help="replay a training log through the watchdog",
+                       description="Replay a training log through the watchdog and report alerts. "
+                                   "Exit 0: no warning/critical alert; 1: alerts fired; 2: unusable input.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="input formats (auto-detected):\n" + "\n".join(
+                           f"  {n:14s} {r.summary}" for n, r in READERS.items()))
+    c.add_argument("path", help="log file (trainer_state.json, console log, JSONL, CSV; .gz ok)")
+    c.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
+                   help="rule pack file or folder (repeatable; default: the shipped default pack)")
+    c.add_argument("--input-format", choices=sorted(READERS), help="override format detection")
+    c.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
+    c.add_argument("--baseline", action="append", default=[], metavar="METRIC=VALUE",
+                   help="regression baseline for an eval metric, e.g. val_reward=0.52 (repeatable)")
+    c.add_argument("--decisions", action="store_true",
+                   help="json: also print checkpoint decisions (new best) as objects with kind 'new_best'")
+    c.add_argument("--run", help="run name in alerts (default: derived from the path)")
+    c.set_defaults(func=cmd_check)
+
+    r = sub.add_parser("rules", help="validate, test and list rule packs")
+    rsub = r.add_subparsers(dest="rules_command")
+    rc = rsub.add_parser("check", help="validate rule packs and alias tables")
+    rc.add_argument("files", nargs="+")
+    rc.set_defaults(func=cmd_rules_check)
+    rt = rsub.add_parser("test", help="run rule unit tests (input series -> expected alerts)")
+    rt.add_argument("paths", nargs="*", help="test files or folders (default: the shipped rules/tests)")
+    rt.set_defaults(func=cmd_rules_test)
+    rl = rsub.add_parser("list", help="list the rules in use")
+    rl.add_argument("--rules", action="append", metavar="FILE_OR_DIR")
+    rl.set_defaults(func=cmd_rules_list)
+    r.set_defaults(func=lambda a: (r.print_help(sys.stderr), 2)[1])
+    return p
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+def run_name(path: str) -> str:
+    p = Path(path)
+    stem = p.name.removesuffix(".gz")
+    stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+    generic = {"trainer_state", "metrics", "log", "train", "output", "stdout", "events", "history"}
+    if stem in generic and p.resolve().parent.name:
+        return p.resolve().parent.name
+    return stem
+
+
+def parse_baselines(items: list[str]) -> dict[str, float]:
+    out = {}
+    for item in items:
+        name, sep, val = item.partition("=")
+        try:
+            if not sep or not name:
+                raise ValueError
+            out[name.strip()] = float(val)
+        except ValueError:
+            raise InputError(f"--baseline takes METRIC=VALUE (e.g. val_reward=0.52), got {item!r}") from None
+    return out
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .check import run_check
+
+    return run_check(args.path, rules=args.rules, input_format=args.input_format, out_format=args.format,
+                     baselines=parse_baselines(args.baseline), decisions=args.decisions,
+                     run=args.run or run_name(args.path), chunk=CHUNK)
+
+
+def cmd_rules_check(args: argparse.Namespace) -> int:
+    from .rulespec import load_pack
+    from .vocab import load_alias_table
+
+    bad = 0
+    for f in args.files:
+        try:
+            head = Path(f).read_text(encoding="utf-8", errors="replace")[:4096] if Path(f).is_file() else ""
+            if "canonical:" in head and "rules:" not in head:
+                t = load_alias_table(f)
+                print(f"OK {f}: alias table, {len(t.canonical)} canonical metrics")
+            else:
+                pack = load_pack(f)
+                print(f"OK {f}: pack {pack.pack} {pack.version}, {len(pack.rules)} rules")
+        except InputError as exc:
+            print(f"FAILED {exc}", file=sys.stderr)
+            bad += 1
+    return 2 if bad else 0
+
+
+def cmd_rules_test(args: argparse.Namespace) -> int:
+    from .ruletests import run_file, test_files
+
+    total, failures = 0, []
+    for f in test_files(args.paths):
+        n, fails, _ = run_file(f)
+        total += n
+        failures.extend(fails)
+        print(f"{'FAILED' if fails else 'ok    '} {f} ({n} tests)")
+    for fl in failures:
+        print(f"  FAIL {fl.file}: {fl.test}: {fl.message}", file=sys.stderr)
+    print(f"{total - len(failures)} passed, {len(failures)} failed")
+    return 1 if failures else 0
+
+
+def cmd_rules_list(args: argparse.Namespace) -> int:
+    from .rulespec import load_packs
+
+    for pack in load_packs(args.rules):
+        print(f"# pack {pack.pack} {pack.version}")
+        for r in pack.rules:
+            print(f"{r.id:32s} {r.kind.value:26s} {r.severity.value:8s} {r.action.value:10s} "
+                  f"{','.join(r.metrics)}")
+    return 0
+
+
+def severity_at_least_warning(sev: str) -> bool:
+    return Severity(sev).rank >= Severity.WARNING.rank
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+"""Turns a chunk of log records into one column per metric, in canonical names.
+
+Records arrive in file order; each gets a sequence number (its arrival index across the whole
+run), so two metrics logged at different steps, or a run that restarted from an earlier step,
+can still be lined up "as of" any moment. The columnizer groups records that share a key set
+and converts each group with one numpy call, which keeps replaying 100,000-step logs cheap.
+"""
+from __future__ import annotations
+
+import fnmatch
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .sources.base import LogRecord
+from .vocab import Vocabulary
+
+
+@dataclass(slots=True)
+class Column:
+    seq: np.ndarray  # int64 arrival numbers
+    steps: np.ndarray  # int64
+    values: np.ndarray  # float64
+    lines: np.ndarray  # int64 source lines
+    quantum: float = 0.0
+
+
+@dataclass
+class Naming:
+    """Which raw key feeds each canonical name in this run (chosen once, then stable)."""
+
+    vocab: Vocabulary
+    source: dict[str, str] = field(default_factory=dict)  # canonical -> raw key or pattern
+    _name: dict[str, str | None] = field(default_factory=dict)  # raw -> output name (None: ignore)
+
+    def choose(self, keys: set[str]) -> None:
+        best: dict[str, tuple[int, str]] = {}
+        for raw in keys:
+            if raw in self._name:
+                continue
+            hit = self.vocab.lookup(raw)
+            if hit is None or hit[0] in self.source:
+                continue
+            canon, rank = hit
+            if canon not in best or (rank, raw) < best[canon]:
+                best[canon] = (rank, raw)
+        for canon, (rank, raw) in best.items():
+            alias = self.vocab.table.canonical[canon].aliases[rank] if rank >= 0 else canon
+            self.source[canon] = alias if _is_pattern(alias) else raw
+        for raw in keys:
+            if raw not in self._name:
+                self._name[raw] = self._resolve(raw)
+
+    def _resolve(self, raw: str) -> str | None:
+        if raw in self.vocab.ignored:
+            return None
+        hit = self.vocab.lookup(raw)
+        if hit is not None:
+            src = self.source.get(hit[0])
+            if src == raw or (src is not None and _is_pattern(src) and fnmatch.fnmatchcase(raw, src)):
+                return hit[0]
+        return raw
+
+    def name(self, raw: str) -> str | None:
+        return self._name[raw]
+
+
+def _is_pattern(name: str) -> bool:
+    return any(c in name for c in "*?[")
+
+
+def columnize(records: list[LogRecord], naming: Naming, seq0: int) -> dict[str, Column]:
+    """Columns of the chunk, keyed by output name (canonical where known, else raw)."""
+    keys: set[str] = set()
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    quanta: dict[str, float] = {}
+    for i, rec in enumerate(records):
+        m = rec.metrics
+        kt = tuple(m)
+        groups[kt].append(i)
+        if rec.resolution:
+            for k, q in rec.resolution.items():
+                if q > quanta.get(k, 0.0):
+                    quanta[k] = q
+    for kt in groups:
+        keys.update(kt)
+    naming.choose(keys)
+    parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    q_out: dict[str, float] = {}
+    for kt, idxs in groups.items():
+        mat = np.array([list(records[i].metrics.values()) for i in idxs], dtype=float).reshape(len(idxs), len(kt))
+        idx = np.asarray(idxs, dtype=np.int64)
+        by_name: dict[str, list[int]] = defaultdict(list)
+        for c, raw in enumerate(kt):
+            out = naming.name(raw)
+            if out is not None:
+                by_name[out].append(c)
+                if raw in quanta:
+                    q_out[out] = max(q_out.get(out, 0.0), quanta[raw])
+        for out, cols in by_name.items():
+            vals = mat[:, cols[0]] if len(cols) == 1 else mat[:, cols].mean(axis=1)
+            parts[out].append((idx, vals))
+    steps_all = np.fromiter((r.step for r in records), dtype=np.int64, count=len(records))
+    lines_all = np.fromiter((r.line for r in records), dtype=np.int64, count=len(records))
+    result: dict[str, Column] = {}
+    for out, plist in parts.items():
+        if len(plist) == 1:
+            idx, vals = plist[0]
+        else:
+            idx = np.concatenate([p[0] for p in plist])
+            vals = np.concatenate([p[1] for p in plist])
+            order = np.argsort(idx, kind="stable")
+            idx, vals = idx[order], vals[order]
+        result[out] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(out, 0.0))
+    return result
+
+
+@dataclass
+class Recent:
+    """The last few samples of a metric (for guards and two-metric detectors across chunks)."""
+
+    seq: list[int] = field(default_factory=list)
+    values: list[float] = field(default_factory=list)
+    max_seen: float = float("-inf")
+    keep: int = 64
+
+    def extend(self, col: Column) -> None:
+        self.seq = (self.seq + col.seq.tolist())[-self.keep:]
+        self.values = (self.values + col.values.tolist())[-self.keep:]
+        finite = col.values[np.isfinite(col.values)]
+        if len(finite):
+            self.max_seen = max(self.max_seen, float(finite.max()))
+
+    def to_dict(self) -> dict:
+        return {"seq": self.seq, "values": self.values,
+                "max_seen": None if not np.isfinite(self.max_seen) else self.max_seen}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Recent":
+        ms = d.get("max_seen")
+        return cls(list(d.get("seq", [])), list(d.get("values", [])), float("-inf") if ms is None else ms)

@@ -1,0 +1,143 @@
+"""The detector interface: one abstract method, run online on chunks of a metric's series.
+
+A detector sees one metric of one run, in arrival order, a chunk at a time: ``scan`` takes
+the new samples and returns, for each, a verdict (1 triggered, 0 fine, -1 no opinion: not
+enough history, or a value too coarsely printed to decide), the statistic it judged and the
+reference it compared with. Online use is a chunk of one sample; replaying a log is one big
+chunk, vectorized with numpy. Both paths are the same code, so they cannot disagree.
+
+Detectors keep only bounded state (a tail of recent values, a few scalars) so a watchdog
+that runs for months does not grow, and that state is plain JSON for save/restore.
+Persistence (``for``), warm-up, guards and cool-down are the rule engine's job, not the
+detector's.
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+TRIGGERED, FINE, UNKNOWN = 1, 0, -1
+
+
+class Params(BaseModel):
+    """Base of every detector's parameter model: unknown parameters are errors."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(slots=True)
+class Chunk:
+    """New samples of one metric. ``quantum`` is the printed resolution (0 when exact).
+
+    ``other`` is, for two-metric detectors, the companion metric's smoothed value as of each
+    sample (NaN where it was not logged yet).
+    """
+
+    steps: np.ndarray
+    values: np.ndarray
+    quantum: float = 0.0
+    other: np.ndarray | None = None
+
+
+@dataclass(slots=True)
+class Scan:
+    verdict: np.ndarray  # int8
+    stat: np.ndarray  # float64
+    ref: np.ndarray  # float64
+    ref_step: np.ndarray | None = None  # int64, step the reference comes from (peak, best...)
+
+
+class Detector(ABC):
+    """Subclasses set ``name``, ``Params``, implement :meth:`scan` and :meth:`describe`."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[Params]]
+    #: False: the engine only passes finite values (non-finite samples get no opinion).
+    wants_nonfinite: ClassVar[bool] = False
+    #: name of the params field naming a companion metric, for two-metric detectors
+    companion_param: ClassVar[str | None] = None
+
+    def __init__(self, params: Params) -> None:
+        self.p = params
+
+    @abstractmethod
+    def scan(self, chunk: Chunk) -> Scan:
+        """Judge each new sample; update the bounded state."""
+
+    @abstractmethod
+    def describe(self, metric: str, value: float, stat: float, ref: float,
+                 ref_step: int | None) -> str:
+        """The human reason for a triggered sample."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:  # noqa: B027 - optional hook
+        pass
+
+
+DETECTORS: dict[str, type[Detector]] = {}
+
+
+def register(cls: type[Detector]) -> type[Detector]:
+    DETECTORS[cls.name] = cls
+    return cls
+
+
+# ---------------------------------------------------------------- shared numeric helpers
+
+def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) -> np.ndarray:
+    """Statistic of the trailing window of ``w`` values ending at each of the ``last``
+    positions of ``x`` (all positions by default); windows are partial at the very start."""
+    n = len(x)
+    last = n if last is None else min(last, n)
+    out = np.empty(last)
+    if last == 0:
+        return out
+    f = np.median if fn == "median" else np.mean
+    start = n - last  # first position wanted
+    j = 0
+    while start + j < min(w - 1, n) and j < last:  # partial windows
+        out[j] = f(x[: start + j + 1])
+        j += 1
+    if j < last:
+        lo = start + j - w + 1
+        view = np.lib.stride_tricks.sliding_window_view(x[lo:], w)
+        out[j:] = f(view, axis=1)
+    return out
+
+
+def extend_tail(tail: list[float], values: np.ndarray) -> np.ndarray:
+    """History (previous tail + new values) as one array."""
+    if not tail:
+        return np.asarray(values, dtype=float)
+    return np.concatenate([np.asarray(tail, dtype=float), values])
+
+
+def keep_tail(hist: np.ndarray, n: int) -> list[float]:
+    return hist[-n:].tolist() if n > 0 else []
+
+
+def fmt(x: float | None) -> str:
+    """Compact human number."""
+    if x is None:
+        return "n/a"
+    if not np.isfinite(x):
+        return str(x)
+    ax = abs(x)
+    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
+        return f"{x:.3g}"
+    return f"{x:.4g}"
+
+
+def robust_sigma_of_diffs(x: np.ndarray) -> float:
+    """Noise scale of a series from its consecutive differences (robust to trends)."""
+    if len(x) < 3:
+        return float("nan")
+    d = np.diff(x)
+    mad = np.median(np.abs(d - np.median(d)))
+    return float(1.4826 * mad / np.sqrt(2.0))

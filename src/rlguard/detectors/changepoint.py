@@ -1,0 +1,129 @@
+"""Change points: a cheap online screen, confirmed and located by ``ruptures``.
+
+ruptures is an offline library and Pelt costs seconds on 10,000 points, so it never sees the
+whole series. The screen runs on every sample, vectorized: the difference between the means
+of the last ``half`` samples and the ``half`` before them, in units of the local noise
+(mean absolute first difference, floored by ``rel_floor`` of the level and the printed
+resolution). Only where the screen trips does ruptures (binary segmentation, l2 cost) look
+at a bounded window of the last ``window`` samples, place the change, and the change is
+kept if the medians on each side differ by ``min_rel_shift`` of the level before it and by
+``min_sigma`` standard errors, in the watched ``direction``, with at least ``min_size``
+samples after it (so it is a new level, not a blip). After a confirmed change the screen is
+quiet for ``half`` samples while it re-baselines.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
+
+
+@register
+class ChangePoint(Detector):
+    name = "changepoint"
+
+    class Params(Params):
+        half: int = Field(10, ge=3, description="screen: samples on each side of the compared means")
+        z: float = Field(6.0, gt=0, description="screen: mean shift in noise units to trip")
+        window: int = Field(120, ge=20, le=2000, description="samples ruptures sees (bounded)")
+        min_size: int = Field(5, ge=2, description="samples a segment needs (before and after)")
+        min_rel_shift: float = Field(0.2, ge=0, description="shift of medians relative to |level before|")
+        min_sigma: float = Field(5.0, ge=0, description="shift of medians in standard errors")
+        rel_floor: float = Field(0.01, ge=0, description="noise floor as a fraction of |level|")
+        direction: Literal["up", "down", "both"] = "both"
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.tail: list[float] = []
+        self.tail_steps: list[int] = []
+        self.seen = 0
+        self.quiet_until = 0
+        self.last_change_step = -1
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hist = extend_tail(self.tail, chunk.values)
+        hsteps = np.concatenate([np.asarray(self.tail_steps, dtype=np.int64), chunk.steps])
+        n, off = len(chunk.values), len(hist) - len(chunk.values)
+        z = self._screen(hist, off, chunk.quantum)
+        verdict = np.where(np.isnan(z), UNKNOWN, 0).astype(np.int8)
+        stat, ref = np.zeros(n), np.full(n, np.nan)
+        ref_step = np.full(n, -1, dtype=np.int64)
+        sign = {"up": 1, "down": -1, "both": 0}[p.direction]
+        trips = np.flatnonzero((np.abs(np.nan_to_num(z)) >= p.z) & ((sign == 0) | (np.sign(z) == sign)))
+        next_try = 0
+        for j in trips.tolist():
+            absolute = self.seen + j
+            if absolute < self.quiet_until or j < next_try:
+                continue
+            found = self._confirm(hist[: off + j + 1], hsteps[: off + j + 1], chunk.quantum)
+            if found is None:
+                next_try = j + max(1, p.half // 2)  # bound ruptures calls on a long trip
+                continue
+            verdict[j], stat[j], ref[j], ref_step[j] = 1, found[0], found[1], found[2]
+            self.last_change_step = int(found[2])
+            self.quiet_until = absolute + p.half
+        self.seen += n
+        keep = p.window + 2 * p.half
+        self.tail, self.tail_steps = keep_tail(hist, keep), hsteps[-keep:].tolist()
+        return Scan(verdict, stat, ref, ref_step)
+
+    def _screen(self, hist: np.ndarray, off: int, quantum: float) -> np.ndarray:
+        h, n = self.p.half, len(hist) - off
+        z = np.full(n, np.nan)
+        k = off + np.arange(n)  # positions in hist
+        ok = k + 1 >= 2 * h
+        if not ok.any():
+            return z
+        cs = np.concatenate([[0.0], np.cumsum(hist)])
+        ad = np.concatenate([[0.0], np.cumsum(np.abs(np.diff(hist, prepend=hist[0])))])
+        kk = k[ok]
+        after = (cs[kk + 1] - cs[kk + 1 - h]) / h
+        before = (cs[kk + 1 - h] - cs[kk + 1 - 2 * h]) / h
+        mad = (ad[kk + 1 - h] - ad[kk + 2 - 2 * h]) / max(h - 1, 1)  # noise of the 'before' side
+        sigma = np.maximum.reduce([0.886 * mad, self.p.rel_floor * np.abs(before),
+                                   np.full(len(kk), max(quantum, 1e-12))])
+        z[ok] = (after - before) / (sigma * np.sqrt(2.0 / h))
+        return z
+
+    def _confirm(self, hist: np.ndarray, steps: np.ndarray, quantum: float):
+        import ruptures as rpt  # imported lazily: only when the screen trips
+
+        p = self.p
+        seg = hist[-p.window:]
+        ssteps = steps[-p.window:]
+        if len(seg) < 2 * p.min_size:
+            return None
+        b = rpt.Binseg(model="l2", min_size=p.min_size, jump=1).fit(seg).predict(n_bkps=1)[0]
+        if len(seg) - b < p.min_size or b < p.min_size:
+            return None
+        pre, post = seg[:b], seg[b:]
+        m0, m1 = float(np.median(pre)), float(np.median(post))
+        shift = m1 - m0
+        d = np.diff(pre)
+        sigma = max(1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0),
+                    p.rel_floor * abs(m0), quantum, 1e-12)
+        if p.direction == "up" and shift <= 0 or p.direction == "down" and shift >= 0:
+            return None
+        stderr = 1.2533 * sigma * np.sqrt(1.0 / len(pre) + 1.0 / len(post))  # of a median
+        if abs(shift) < p.min_rel_shift * abs(m0) or abs(shift) < p.min_sigma * stderr:
+            return None
+        return (shift / abs(m0) if m0 else np.inf), m0, int(ssteps[b])
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        word = "rose" if stat > 0 else "fell"
+        after = ref * (1 + stat) if np.isfinite(stat) else value
+        return (f"{metric} changed level at step {ref_step}: median {word} from {fmt(ref)} to "
+                f"{fmt(after)} ({stat * 100:+.0f}%), confirmed by ruptures (Binseg, l2)")
+
+    def state_dict(self):
+        return {"tail": self.tail, "tail_steps": self.tail_steps, "seen": self.seen,
+                "quiet_until": self.quiet_until, "last_change_step": self.last_change_step}
+
+    def load_state_dict(self, s):
+        self.tail, self.tail_steps = list(s.get("tail", [])), list(s.get("tail_steps", []))
+        self.seen, self.quiet_until = int(s.get("seen", 0)), int(s.get("quiet_until", 0))
+        self.last_change_step = int(s.get("last_change_step", -1))

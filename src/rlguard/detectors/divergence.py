@@ -1,0 +1,75 @@
+"""Divergence between two metrics: validation loss rising while training loss keeps falling.
+
+At each evaluation the detector knows the best (lowest) validation value so far and the
+smoothed training value at that moment. It fires when the validation value has stayed above
+its best for ``min_evals_above_best`` evaluations in a row, the latest is above the best by
+more than the noise allows (``min_rise`` of the best, or ``noise_k`` sigmas of the eval-to-eval
+noise once there are enough evaluations to estimate it), and the training value has fallen
+since the best: the model is fitting the training data and losing the held-out data.
+"""
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register, robust_sigma_of_diffs
+
+
+@register
+class Divergence(Detector):
+    name = "divergence"
+    companion_param = "with_metric"
+
+    class Params(Params):
+        with_metric: str = Field(description="the metric that keeps improving (e.g. train_loss)")
+        smooth: int = Field(5, ge=1, description="companion: mean of its last N samples")
+        min_evals_above_best: int = Field(2, ge=1)
+        min_rise: float = Field(0.01, ge=0, description="rise above best, relative to |best|")
+        noise_k: float = Field(3.0, ge=0, description="rise must also exceed k eval-noise sigmas")
+        min_fall: float = Field(0.0, ge=0, description="companion fall since the best, relative")
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.best: float | None = None
+        self.best_step = -1
+        self.other_at_best = float("nan")
+        self.above = 0
+        self.hist: list[float] = []
+
+    def scan(self, chunk: Chunk) -> Scan:  # evaluations are sparse: a plain loop is cheap
+        p, n = self.p, len(chunk.values)
+        other = chunk.other if chunk.other is not None else np.full(n, np.nan)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        rise, ref, ref_step = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
+        for j, (s, v, o) in enumerate(zip(chunk.steps.tolist(), chunk.values.tolist(), other.tolist())):
+            self.hist = (self.hist + [v])[-50:]
+            if self.best is None or v < self.best:
+                self.best, self.best_step, self.other_at_best, self.above = v, s, o, 0
+            elif v > self.best:
+                self.above += 1
+            margin = p.min_rise * abs(self.best)
+            if len(self.hist) >= 5:
+                margin = max(margin, p.noise_k * robust_sigma_of_diffs(np.array(self.hist)))
+            rise[j], ref[j], ref_step[j] = v - self.best, self.best, self.best_step
+            if np.isnan(o) or np.isnan(self.other_at_best):
+                continue
+            fell = o < self.other_at_best - p.min_fall * abs(self.other_at_best)
+            verdict[j] = self.above >= p.min_evals_above_best and rise[j] > margin + chunk.quantum and fell
+        return Scan(verdict, rise, ref, ref_step)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        pct = f" (+{stat / abs(ref) * 100:.2g}%)" if ref else ""
+        return (f"{metric} = {fmt(value)} has been above its best {fmt(ref)} (step {ref_step}) for "
+                f"{self.p.min_evals_above_best}+ evaluations{pct} while {self.p.with_metric} kept falling "
+                f"(from {fmt(self.other_at_best)}): over-fitting; keep the step-{ref_step} checkpoint")
+
+    def state_dict(self):
+        return {"best": self.best, "best_step": self.best_step, "above": self.above,
+                "other_at_best": None if np.isnan(self.other_at_best) else self.other_at_best,
+                "hist": self.hist}
+
+    def load_state_dict(self, s):
+        self.best, self.best_step, self.above = s.get("best"), int(s.get("best_step", -1)), int(s.get("above", 0))
+        o = s.get("other_at_best")
+        self.other_at_best = float("nan") if o is None else float(o)
+        self.hist = list(s.get("hist", []))

@@ -1,0 +1,93 @@
+"""Point detectors: non-finite values and thresholds (optionally on a rolling median)."""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import model_validator
+
+from .base import FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
+
+
+@register
+class NonFinite(Detector):
+    """NaN or infinity in a metric."""
+
+    name = "nonfinite"
+    wants_nonfinite = True
+
+    class Params(Params):
+        pass
+
+    def scan(self, chunk: Chunk) -> Scan:
+        bad = ~np.isfinite(chunk.values)
+        return Scan(bad.astype(np.int8), chunk.values, np.zeros(len(bad)))
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        return f"{metric} is {value} (not a finite number): the update that produced it is corrupt"
+
+
+def compare(level: np.ndarray, quantum: float, above: float | None, below: float | None) -> np.ndarray:
+    """Tri-state comparison that respects printed resolution: a printed 0.000 (quantum 0.001)
+    is only 'definitely below 1e-6' if 0.0005 is; otherwise there is no opinion."""
+    half = quantum / 2.0
+    if above is not None:
+        yes, no = level - half > above, level + half <= above
+    else:
+        yes, no = level + half < below, level - half >= below
+    out = np.full(len(level), UNKNOWN, dtype=np.int8)
+    out[yes] = TRIGGERED
+    out[no] = FINE
+    return out
+
+
+@register
+class Threshold(Detector):
+    """Value (or rolling median of the last ``window`` samples) above or below a bound.
+
+    Sustained low/high is this detector plus the rule's ``for``.
+    """
+
+    name = "threshold"
+
+    class Params(Params):
+        above: float | None = None
+        below: float | None = None
+        window: int = 1
+        statistic: Literal["median", "mean"] = "median"
+
+        @model_validator(mode="after")
+        def _one_bound(self):
+            if (self.above is None) == (self.below is None):
+                raise ValueError("give exactly one of above, below")
+            if self.window < 1:
+                raise ValueError("window must be >= 1")
+            return self
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.tail: list[float] = []
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        if p.window == 1:
+            level = chunk.values
+        else:
+            hist = extend_tail(self.tail, chunk.values)
+            level = rolling(hist, p.window, p.statistic, last=len(chunk.values))
+            self.tail = keep_tail(hist, p.window - 1)
+        bound = p.above if p.above is not None else p.below
+        verdict = compare(level, chunk.quantum, p.above, p.below)
+        return Scan(verdict, level, np.full(len(level), bound))
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        p = self.p
+        what = metric if p.window == 1 else f"{metric} ({p.statistic} of last {p.window})"
+        rel = "above" if p.above is not None else "below"
+        return f"{what} = {fmt(stat)}, {rel} {fmt(ref)}"
+
+    def state_dict(self):
+        return {"tail": self.tail}
+
+    def load_state_dict(self, state):
+        self.tail = list(state.get("tail", []))

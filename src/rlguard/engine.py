@@ -1,0 +1,150 @@
+"""One rule applied to one metric of one run: the detector plus the alert life cycle.
+
+Life cycle (as in Prometheus): a triggered sample makes the rule *pending*; ``for``
+consecutive triggered samples make it *firing* (one alert, not one per sample); the first
+fine sample *resolves* it, after which ``cooldown`` judged samples must pass before it may
+fire again. Samples the detector has no opinion on (warm-up, guards not met, too little
+history, coarse printing) neither advance nor reset anything.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .alerts import Alert
+from .columns import Column, Recent
+from .detectors import DETECTORS, UNKNOWN, Chunk, Detector
+from .rulespec import Guard, Rule
+
+
+@dataclass
+class Event:
+    """A firing or resolution, before it becomes an Alert."""
+
+    index: int  # position in the column chunk
+    firing: bool
+    message: str
+
+
+@dataclass
+class RuleInstance:
+    rule: Rule
+    metric: str
+    detector: Detector = field(init=False)
+    run: int = 0  # consecutive triggered samples
+    firing: bool = False
+    cool: int = 0
+    samples: int = 0
+
+    def __post_init__(self) -> None:
+        self.detector = DETECTORS[self.rule.detector](self.rule.detector_params())
+
+    @property
+    def key(self) -> str:
+        return f"{self.rule.id}|{self.metric}"
+
+    def evaluate(self, col: Column, first_step: int, companion: np.ndarray | None,
+                 guard_ok: np.ndarray | None) -> list[Event]:
+        values = col.values
+        n = len(values)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.zeros(n)
+        ref_step = np.full(n, -1, dtype=np.int64)
+        sel = np.ones(n, dtype=bool) if self.detector.wants_nonfinite else np.isfinite(values)
+        if sel.any():
+            other = companion[sel] if companion is not None else None
+            chunk = Chunk(col.steps[sel], values[sel], col.quantum, other)
+            sc = self.detector.scan(chunk)
+            verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
+            if sc.ref_step is not None:
+                ref_step[sel] = sc.ref_step
+        r = self.rule
+        count = self.samples + np.arange(1, n + 1)
+        self.samples += n
+        mute = count < r.min_samples
+        if r.warmup_steps:
+            mute |= col.steps < first_step + r.warmup_steps
+        if guard_ok is not None:
+            mute |= ~guard_ok
+        verdict[mute] = UNKNOWN
+        return self._life_cycle(verdict, values, stat, ref, ref_step)
+
+    def _life_cycle(self, verdict, values, stat, ref, ref_step) -> list[Event]:
+        judged = np.flatnonzero(verdict != UNKNOWN)
+        if len(judged) == 0:
+            return []
+        v = verdict[judged]
+        if not (self.firing or self.run or self.cool) and not (v == 1).any():
+            return []  # fast path: nothing pending, nothing triggered
+        events: list[Event] = []
+        need = self.rule.for_
+        for j, vj in zip(judged.tolist(), v.tolist()):
+            if vj == 1:
+                self.run += 1
+                if not self.firing and self.run >= need and self.cool == 0:
+                    self.firing = True
+                    msg = self.detector.describe(self.metric, float(values[j]), float(stat[j]),
+                                                 float(ref[j]), int(ref_step[j]))
+                    if need > 1:
+                        msg += f" [{need} samples in a row]"
+                    events.append(Event(j, True, msg))
+            else:
+                self.run = 0
+                if self.firing:
+                    self.firing = False
+                    self.cool = self.rule.cooldown
+                    events.append(Event(j, False, f"{self.metric} back to normal"))
+                elif self.cool:
+                    self.cool -= 1
+        return events
+
+    def state_dict(self) -> dict:
+        return {"run": self.run, "firing": self.firing, "cool": self.cool, "samples": self.samples,
+                "detector": self.detector.state_dict()}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.run, self.firing = int(s["run"]), bool(s["firing"])
+        self.cool, self.samples = int(s["cool"]), int(s["samples"])
+        self.detector.load_state_dict(s.get("detector", {}))
+
+
+def as_of(seq: np.ndarray, src_seq: np.ndarray, src_vals: np.ndarray) -> np.ndarray:
+    """Latest ``src`` value logged at or before each ``seq`` (NaN where none yet)."""
+    if len(src_seq) == 0:
+        return np.full(len(seq), np.nan)
+    pos = np.searchsorted(src_seq, seq, side="right") - 1
+    out = src_vals[np.maximum(pos, 0)].astype(float)
+    out[pos < 0] = np.nan
+    return out
+
+
+def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
+               series: dict[str, tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
+    """Which samples satisfy the rule's guards; ``series`` gives (seq, values, max before)."""
+    masks = []
+    for g in guards:
+        src = series.get(g.metric)
+        if src is None or len(src[0]) == 0:
+            masks.append(np.full(len(seq), g.if_missing == "pass"))
+            continue
+        sseq, svals, prior_max = src
+        if g.ever_above is not None:
+            cum = np.fmax.accumulate(np.concatenate([[prior_max], np.nan_to_num(svals, nan=-np.inf)]))[1:]
+            cur = as_of(seq, sseq, cum)
+            m = np.nan_to_num(cur, nan=prior_max) > g.ever_above
+            if np.isfinite(prior_max) and prior_max > g.ever_above:
+                m[:] = True
+        else:
+            cur = as_of(seq, sseq, svals)
+            missing = np.isnan(cur)
+            if g.present is not None:
+                m = ~missing if g.present else missing
+            elif g.above is not None:
+                m = cur > g.above
+            else:
+                m = cur < g.below
+            if g.present is None:
+                m = np.where(missing, g.if_missing == "pass", m)
+        masks.append(m)
+    return np.logical_and.reduce(masks) if mode == "all" else np.logical_or.reduce(masks)

@@ -1,0 +1,209 @@
+"""Rule packs: declarative, versioned data validated with pydantic.
+
+A pack is a YAML file::
+
+    apiVersion: rlguard/v1
+    pack: default
+    version: 2026.11.0
+    checkpoint_on_best: [{metric: val_reward, mode: max}, {metric: val_loss, mode: min}]
+    rules:
+      - id: RLG-NONFINITE-LOSS
+        kind: nonfinite
+        ...
+
+Rule text is never evaluated: a detector is chosen by name from a registry and its
+parameters are validated by that detector's own pydantic model.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .alerts import Action, Kind, Severity
+from .detectors import DETECTORS
+from .errors import RuleError
+from .paths import DEFAULT_PACK
+from .yamlpos import error_location, load_yaml_with_positions
+
+_ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
+
+
+class Guard(BaseModel):
+    """A condition on another metric (its latest value when the rule's metric is logged).
+
+    Exactly one of ``above``, ``below``, ``present``, ``ever_above`` is given. ``if_missing``
+    says what the guard means when the metric was never logged.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+    metric: str
+    above: float | None = None
+    below: float | None = None
+    present: bool | None = None
+    ever_above: float | None = None
+    if_missing: Literal["pass", "fail"] = "fail"
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> "Guard":
+        given = [n for n in ("above", "below", "present", "ever_above") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ValueError("a guard needs exactly one of above, below, present, ever_above")
+        return self
+
+
+class CheckpointOnBest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    metric: str
+    mode: Literal["max", "min"]
+
+
+class Rule(BaseModel):
+    """One rule: what to watch, how to detect, and what to decide."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    id: str
+    kind: Kind
+    status: Literal["stable", "test", "experimental", "deprecated"] = "experimental"
+    severity: Severity
+    action: Action = Action.ALERT
+    description: str = Field(min_length=20)
+    assumes: str = ""
+    false_positives: list[str] = []
+    metrics: list[str] = Field(min_length=1)
+    detector: str
+    params: dict[str, Any] = {}
+    warmup_steps: int = Field(0, ge=0, description="ignore samples logged before first step + N")
+    min_samples: int = Field(1, ge=1, description="samples of the metric before the rule speaks")
+    for_: int = Field(1, ge=1, alias="for", description="consecutive triggering samples to fire")
+    cooldown: int = Field(0, ge=0, description="samples after a resolve before it may fire again")
+    guards: list[Guard] = []
+    guard_mode: Literal["all", "any"] = "all"
+    enabled: bool = True
+    labels: dict[str, str] = {}
+
+    @field_validator("id")
+    @classmethod
+    def _check_id(cls, v: str) -> str:
+        if not _ID.match(v):
+            raise ValueError("ids are 3-80 characters: letters, digits, '_', '.', '-', starting with a letter")
+        return v
+
+    @field_validator("detector")
+    @classmethod
+    def _check_detector(cls, v: str) -> str:
+        if v not in DETECTORS:
+            raise ValueError(f"unknown detector {v!r}; known: {', '.join(sorted(DETECTORS))}")
+        return v
+
+    @model_validator(mode="before")
+    @classmethod
+    def _metric_alias(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "metric" in data:
+            data = dict(data)
+            if "metrics" in data:
+                raise ValueError("give either metric or metrics, not both")
+            data["metrics"] = [data.pop("metric")]
+        return data
+
+    @model_validator(mode="after")
+    def _check_params(self) -> "Rule":
+        det = DETECTORS[self.detector]
+        try:
+            det.Params.model_validate(self.params)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"])
+            raise ValueError(f"params.{where}: {err['msg']}") from None
+        return self
+
+    def detector_params(self) -> BaseModel:
+        return DETECTORS[self.detector].Params.model_validate(self.params)
+
+
+class RulePack(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    api_version: Literal["rlguard/v1"] = Field(alias="apiVersion")
+    pack: str
+    version: str
+    description: str = ""
+    checkpoint_on_best: list[CheckpointOnBest] = []
+    rules: list[Rule]
+
+    @model_validator(mode="after")
+    def _unique_ids(self) -> "RulePack":
+        seen: set[str] = set()
+        for r in self.rules:
+            if r.id in seen:
+                raise ValueError(f"duplicate rule id {r.id!r}")
+            seen.add(r.id)
+        return self
+
+
+def load_pack(path: str | Path) -> RulePack:
+    """Load one rule pack; any problem raises RuleError naming file, line and field."""
+    path = Path(path)
+    data, root = load_yaml_with_positions(path)
+    try:
+        return RulePack.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]
+        line, field = error_location(root, loc)
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "missing":
+            msg = "field required"
+        field = _field_with_rule_id(data, loc, field)
+        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+        raise RuleError(msg + more, path=str(path), line=line, field=field) from None
+
+
+def _field_with_rule_id(data: Any, loc: list[Any], field: str) -> str:
+    if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+        try:
+            rid = data["rules"][loc[1]].get("id")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            rid = None
+        if rid:
+            return f"{field} (rule {rid})"
+    return field
+
+
+def rule_files(paths: list[str | Path] | None) -> list[Path]:
+    """Expand files and folders (``*.yaml``/``*.yml`` that are packs) into a file list."""
+    if not paths:
+        return [DEFAULT_PACK]
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and _is_pack(x))
+            if not found:
+                raise RuleError("no rule packs (YAML files with 'rules:') in folder", path=str(p))
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise RuleError("file not found", path=str(p))
+    return out
+
+
+def _is_pack(path: Path) -> bool:
+    try:
+        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+    except OSError:
+        return False
+    return "apiVersion" in head and "rules:" in head
+
+
+def load_packs(paths: list[str | Path] | None = None) -> list[RulePack]:
+    packs = [load_pack(p) for p in rule_files(paths)]
+    seen: dict[str, str] = {}
+    for pack in packs:
+        for rule in pack.rules:
+            if rule.id in seen:
+                raise RuleError(f"rule id {rule.id!r} is defined in pack {seen[rule.id]!r} too",
+                                path=pack.pack, field="id")
+            seen[rule.id] = pack.pack
+    return packs

@@ -1,0 +1,92 @@
+"""Canonical metric vocabulary: maps the raw names trainers write onto the names rules speak.
+
+The table is data (``rules/aliases.yaml``, shipped inside the package as well). For every
+canonical name its aliases are listed in priority order; within one run, the highest-priority
+alias that the run actually logs is the one used, so a run that logs both ``loss`` and
+``train/loss`` is not read twice. Names that map to nothing keep their own name.
+"""
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import RuleError
+from .paths import RULES_DIR
+from .yamlpos import error_location, load_yaml_with_positions
+
+DEFAULT_ALIASES = RULES_DIR / "aliases.yaml"
+
+
+class CanonicalEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str = Field(min_length=1)
+    aliases: list[str] = Field(min_length=1)
+
+
+class AliasTable(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = Field(ge=1, le=1)
+    summary_markers: list[str] = []
+    ignore: list[str] = []
+    canonical: dict[str, CanonicalEntry]
+
+
+def load_alias_table(path: str | Path | None = None) -> AliasTable:
+    """Read and validate an alias table; errors name the file, line and field."""
+    path = Path(path) if path else DEFAULT_ALIASES
+    data, root = load_yaml_with_positions(path)
+    try:
+        return AliasTable.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        line, field_name = error_location(root, err["loc"])
+        raise RuleError(err["msg"], path=str(path), line=line, field=field_name) from None
+
+
+@dataclass
+class Vocabulary:
+    """Resolves raw names to canonical ones, remembering its choices for speed."""
+
+    table: AliasTable = field(default_factory=load_alias_table)
+    _exact: dict[str, tuple[str, int]] = field(default_factory=dict, init=False)
+    _patterns: list[tuple[str, str, int]] = field(default_factory=list, init=False)
+    _cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        for canon, entry in self.table.canonical.items():
+            self._exact.setdefault(canon, (canon, -1))
+            for rank, alias in enumerate(entry.aliases):
+                if any(c in alias for c in "*?["):
+                    self._patterns.append((alias, canon, rank))
+                else:
+                    self._exact.setdefault(alias, (canon, rank))
+        self.ignored = frozenset(self.table.ignore)
+        self.summary_markers = frozenset(self.table.summary_markers)
+
+    def lookup(self, raw: str) -> tuple[str, int] | None:
+        """``(canonical, priority)`` for a raw name (lower priority wins), or None."""
+        try:
+            return self._cache[raw]
+        except KeyError:
+            pass
+        hit = self._exact.get(raw)
+        if hit is None:
+            for pattern, canon, rank in self._patterns:
+                if fnmatch.fnmatchcase(raw, pattern):
+                    hit = (canon, rank)
+                    break
+        self._cache[raw] = hit
+        return hit
+
+    def canonical_names(self) -> list[str]:
+        return list(self.table.canonical)
+
+    def describe(self, canon: str) -> str:
+        entry = self.table.canonical.get(canon)
+        return entry.description if entry else ""
+
+
+__all__ = ["AliasTable", "Vocabulary", "load_alias_table", "DEFAULT_ALIASES"]

@@ -1,0 +1,293 @@
+"""The watchdog: log records in, alerts and decisions (alert, checkpoint, stop) out.
+
+It knows nothing of where records come from (a file being replayed, a trainer callback, a
+daemon tailing a log) nor of where alerts go (stdout, Slack, Prometheus): those are the
+sources' and notifiers' business. Feed it records with :meth:`Watchdog.ingest` (a chunk of
+any size; a single step is a chunk of one) and act on the decisions it returns.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .alerts import Action, Alert, Decision, Severity
+from .columns import Column, Naming, Recent, columnize
+from .engine import RuleInstance, as_of, guard_mask
+from .errors import StateError
+from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
+from .sources.base import LogRecord
+from .vocab import Vocabulary
+
+STATE_VERSION = 1
+
+
+@dataclass
+class BestTracker:
+    """Best value of the watched evaluation metric: every new best is a checkpoint decision."""
+
+    metric: str
+    mode: str
+    value: float | None = None
+    step: int | None = None
+
+    def update(self, col: Column) -> list[tuple[int, str]]:
+        out = []
+        sign = 1.0 if self.mode == "max" else -1.0
+        for j, v in enumerate(col.values.tolist()):
+            if not np.isfinite(v):
+                continue
+            if self.value is None or sign * (v - self.value) > 0:
+                prev = "" if self.value is None else f" (previous best {self.value:.4g} at step {self.step})"
+                self.value, self.step = v, int(col.steps[j])
+                out.append((j, f"{self.metric} reached a new best {v:.4g}{prev}: keep this checkpoint"))
+        return out
+
+
+@dataclass
+class Watchdog:
+    """Applies rule packs to one run. ``baselines`` sets regression baselines per metric."""
+
+    packs: list[RulePack] = field(default_factory=load_packs)
+    run: str = "run"
+    vocab: Vocabulary = field(default_factory=Vocabulary)
+    baselines: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.rules: list[Rule] = _apply_baselines([r for p in self.packs for r in p.rules if r.enabled],
+                                                  self.baselines)
+        self.best_candidates: list[CheckpointOnBest] = next(
+            (p.checkpoint_on_best for p in self.packs if p.checkpoint_on_best), [])
+        self.naming = Naming(self.vocab)
+        self.instances: dict[str, RuleInstance] = {}
+        self.recent: dict[str, Recent] = {}
+        self.best: BestTracker | None = None
+        self.seq = 0
+        self.first_step: int | None = None
+        self.duplicates = 0
+        self.summaries = 0
+        self.alerts: list[Alert] = []  # every firing and resolution, in order
+        self.stop_decision: Decision | None = None
+        self._prev: LogRecord | None = None
+        self._watched = {m for r in self.rules for m in r.metrics}
+        self._needed = _needed(self.rules)
+
+    # ------------------------------------------------------------------ feeding
+    def observe(self, step: int, metrics: Mapping[str, float], line: int = 0) -> list[Decision]:
+        """Online convenience: one logged step."""
+        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        return self.ingest([LogRecord(int(step), clean, line)])
+
+    def ingest(self, records: Iterable[LogRecord]) -> list[Decision]:
+        """Feed a chunk of records in arrival order; return the decisions, in order."""
+        recs = self._clean(records)
+        if not recs:
+            return []
+        if self.first_step is None:
+            self.first_step = recs[0].step
+        cols = columnize(recs, self.naming, self.seq)
+        self.seq += len(recs)
+        pending: list[tuple[int, int, Decision]] = []
+        self._track_best(cols, pending)
+        for name, col in cols.items():
+            if name in self._watched:
+                self._evaluate_metric(name, col, cols, pending)
+        for name in self._needed.intersection(cols):
+            self.recent.setdefault(name, Recent()).extend(cols[name])
+        pending.sort(key=lambda t: (t[0], t[1]))
+        decisions = [d for _, _, d in pending]
+        for d in decisions:
+            if d.action is Action.STOP and self.stop_decision is None:
+                self.stop_decision = d
+        return decisions
+
+    def _clean(self, records: Iterable[LogRecord]) -> list[LogRecord]:
+        out = []
+        markers = self.vocab.summary_markers
+        for rec in records:
+            if markers and not markers.isdisjoint(rec.metrics):
+                self.summaries += 1
+                continue
+            prev = self._prev
+            if prev is not None and prev.step == rec.step and prev.metrics == rec.metrics:
+                self.duplicates += 1  # the same record printed twice (two ranks, a re-read)
+                continue
+            if rec.metrics:
+                out.append(rec)
+                self._prev = rec
+        return out
+
+    # ------------------------------------------------------------------ evaluation
+    def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list) -> None:
+        for rule in self.rules:
+            if name not in rule.metrics:
+                continue
+            inst = self.instances.get(f"{rule.id}|{name}")
+            if inst is None:
+                inst = self.instances[f"{rule.id}|{name}"] = RuleInstance(rule, name)
+            companion = self._companion(rule, col, cols)
+            guards = self._guards(rule, col, cols) if rule.guards else None
+            for ev in inst.evaluate(col, self.first_step or 0, companion, guards):
+                alert = self._alert(rule, name, col, ev)
+                self.alerts.append(alert)
+                if ev.firing:
+                    d = Decision(Action(rule.action), alert.step, alert.message, alert, rule.kind.value)
+                    pending.append((int(col.seq[ev.index]), 1, d))
+
+    def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float]:
+        rec = self.recent.get(metric) or Recent()
+        col = cols.get(metric)
+        seq = np.asarray(rec.seq, dtype=np.int64)
+        vals = np.asarray(rec.values, dtype=float)
+        if col is not None:
+            seq, vals = np.concatenate([seq, col.seq]), np.concatenate([vals, col.values])
+        return seq, vals, rec.max_seen
+
+    def _companion(self, rule: Rule, col: Column, cols: dict[str, Column]) -> np.ndarray | None:
+        comp = rule.params.get("with_metric")
+        if not comp:
+            return None
+        seq, vals, _ = self._series(comp, cols)
+        smooth = int(rule.params.get("smooth", 5))
+        finite = np.isfinite(vals)
+        seq, vals = seq[finite], vals[finite]
+        if len(vals) == 0:
+            return np.full(len(col.values), np.nan)
+        cs = np.concatenate([[0.0], np.cumsum(vals)])
+        idx = np.arange(1, len(vals) + 1)
+        lo = np.maximum(idx - smooth, 0)
+        means = (cs[idx] - cs[lo]) / (idx - lo)
+        return as_of(col.seq, seq, means)
+
+    def _guards(self, rule: Rule, col: Column, cols: dict[str, Column]) -> np.ndarray:
+        series = {g.metric: self._series(g.metric, cols) for g in rule.guards}
+        return guard_mask(rule.guards, rule.guard_mode, col.seq, series)
+
+    def _alert(self, rule: Rule, metric: str, col: Column, ev) -> Alert:
+        j = ev.index
+        value = float(col.values[j])
+        ckpt = self.best.step if (rule.action == Action.STOP and self.best is not None) else None
+        msg = ev.message
+        if ev.firing and rule.action == Action.STOP:
+            msg += f"; stop the run" + (f" and keep the step-{ckpt} checkpoint (best {self.best.metric})"
+                                        if ckpt is not None else "")
+        return Alert(run=self.run, rule=rule.id, kind=rule.kind.value, severity=rule.severity.value,
+                     action=rule.action.value, step=int(col.steps[j]), metric=metric, value=value,
+                     message=msg, status="firing" if ev.firing else "resolved",
+                     line=int(col.lines[j]), checkpoint_step=ckpt, labels=dict(rule.labels))
+
+    def _track_best(self, cols: dict[str, Column], pending: list) -> None:
+        if self.best is None:
+            present = [c for c in self.best_candidates if c.metric in cols]
+            if not present:
+                return
+            self.best = BestTracker(present[0].metric, present[0].mode)
+        col = cols.get(self.best.metric)
+        if col is None:
+            return
+        for j, reason in self.best.update(col):
+            d = Decision(Action.CHECKPOINT, int(col.steps[j]), reason, None, "new_best")
+            pending.append((int(col.seq[j]), 0, d))
+
+    # ------------------------------------------------------------------ queries
+    def firing(self) -> list[Alert]:
+        """Alerts currently firing (the latest firing alert of each firing rule instance)."""
+        latest: dict[str, Alert] = {}
+        for a in self.alerts:
+            latest[f"{a.rule}|{a.metric}"] = a
+        return [a for k, a in latest.items() if a.status == "firing" and self.instances[k].firing]
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "version": STATE_VERSION, "run": self.run, "seq": self.seq, "first_step": self.first_step,
+            "sources": self.naming.source, "duplicates": self.duplicates, "summaries": self.summaries,
+            "instances": {k: i.state_dict() for k, i in self.instances.items()},
+            "recent": {k: r.to_dict() for k, r in self.recent.items()},
+            "best": None if self.best is None else vars(self.best).copy(),
+            "alerts": [a.to_dict() for a in self.alerts[-1000:]],
+            "stop": None if self.stop_decision is None else self.stop_decision.to_dict(),
+            "prev": None if self._prev is None else [self._prev.step, self._prev.metrics],
+        }
+
+    def load_state_dict(self, s: Mapping[str, Any]) -> None:
+        if s.get("version") != STATE_VERSION:
+            raise StateError(f"state version {s.get('version')!r} is not {STATE_VERSION}")
+        try:
+            self.seq, self.first_step = int(s["seq"]), s["first_step"]
+            self.naming.source.update(s["sources"])
+            self.duplicates, self.summaries = int(s["duplicates"]), int(s["summaries"])
+            for key, st in s["instances"].items():
+                rule_id, metric = key.split("|", 1)
+                rule = next((r for r in self.rules if r.id == rule_id), None)
+                if rule is None:
+                    continue  # a rule removed since: its state is dropped
+                inst = self.instances[key] = RuleInstance(rule, metric)
+                inst.load_state_dict(st)
+            self.recent = {k: Recent.from_dict(v) for k, v in s["recent"].items()}
+            self.best = BestTracker(**s["best"]) if s["best"] else None
+            self.alerts = [Alert.from_dict(a) for a in s["alerts"]]
+            if s.get("stop"):
+                st = s["stop"]
+                self.stop_decision = Decision(Action(st["action"]), st["step"], st["reason"],
+                                              Alert.from_dict(st["alert"]) if st.get("alert") else None,
+                                              st.get("kind", ""))
+            if s.get("prev"):
+                self._prev = LogRecord(int(s["prev"][0]), dict(s["prev"][1]), 0)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"corrupt state: {exc!r}") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write state atomically (a crash mid-write leaves the previous state intact)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.state_dict(), allow_nan=True))
+        os.replace(tmp, path)
+
+    def load(self, path: str | Path) -> None:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise StateError(f"cannot read state: {exc}", path=str(path)) from None
+        try:
+            self.load_state_dict(data)
+        except StateError as exc:
+            raise StateError(exc.message, path=str(path)) from None
+
+
+def _apply_baselines(rules: list[Rule], baselines: Mapping[str, float]) -> list[Rule]:
+    """Regression rules take configured baselines; a baseline for a metric no regression rule
+    watches gets a copy of the first regression rule for that metric."""
+    if not baselines:
+        return rules
+    out, covered = [], set()
+    template = next((r for r in rules if r.detector == "baseline"), None)
+    for r in rules:
+        if r.detector == "baseline" and any(m in baselines for m in r.metrics):
+            for m in r.metrics:
+                params = dict(r.params, baseline=baselines.get(m, r.params.get("baseline")))
+                out.append(r.model_copy(update={"metrics": [m], "params": params,
+                                                "id": r.id if len(r.metrics) == 1 else f"{r.id}.{m}"}))
+                covered.add(m)
+        else:
+            out.append(r)
+    for m, b in baselines.items():
+        if m not in covered and template is not None:
+            mode = "min" if "loss" in m else "max"
+            out.append(template.model_copy(update={"metrics": [m], "id": f"{template.id}.{m}",
+                                                   "params": dict(template.params, baseline=b, mode=mode)}))
+    return out
+
+
+def _needed(rules: list[Rule]) -> set[str]:
+    """Metrics other rules look at (guards, companions): their recent values are kept."""
+    names: set[str] = set()
+    for r in rules:
+        names.update(g.metric for g in r.guards)
+        if r.params.get("with_metric"):
+            names.add(r.params["with_metric"])
+    return names

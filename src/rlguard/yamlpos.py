@@ -1,0 +1,76 @@
+"""YAML loading that remembers where every value came from, for errors that name the line.
+
+Rule text is data: it is loaded with ``yaml.SafeLoader`` only, and never evaluated.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from .errors import RuleError
+
+
+def load_yaml_with_positions(path: str | Path) -> tuple[Any, yaml.Node | None]:
+    """Return ``(data, root_node)``; a missing or malformed file raises :class:`RuleError`."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RuleError("file not found", path=str(path)) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RuleError(f"cannot read: {exc}", path=str(path)) from None
+    return parse_yaml_with_positions(text, str(path))
+
+
+def parse_yaml_with_positions(text: str, name: str) -> tuple[Any, yaml.Node | None]:
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is None:
+            raise RuleError("empty file", path=name)
+        loader = yaml.SafeLoader(text)
+        try:
+            data = loader.construct_document(root)
+        finally:
+            loader.dispose()
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark else None
+        raise RuleError(f"invalid YAML: {exc.problem or exc}", path=name, line=line) from None
+    except yaml.YAMLError as exc:
+        raise RuleError(f"invalid YAML: {exc}", path=name) from None
+    return data, root
+
+
+def error_location(root: yaml.Node | None, loc: Sequence[Any]) -> tuple[int | None, str]:
+    """Map a pydantic error location onto ``(line, dotted.field)`` in the YAML tree.
+
+    Walks as deep as the YAML goes; the line is that of the deepest node found (so a missing
+    field points at the mapping that lacks it).
+    """
+    node = root
+    line = node.start_mark.line + 1 if node is not None else None
+    parts: list[str] = []
+    for key in loc:
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        else:
+            parts.append(("." if parts else "") + str(key))
+        child = _child(node, key)
+        if child is None:
+            break
+        node = child
+        line = node.start_mark.line + 1
+    return line, "".join(parts)
+
+
+def _child(node: yaml.Node | None, key: Any) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            if isinstance(k, yaml.ScalarNode) and k.value == str(key):
+                return v
+    elif isinstance(node, yaml.SequenceNode) and isinstance(key, int):
+        if 0 <= key < len(node.value):
+            return node.value[key]
+    return None
