@@ -8,7 +8,8 @@ resolution). Only where the screen trips does ruptures (binary segmentation, l2 
 at a bounded window of the last ``window`` samples, place the change, and the change is
 kept if the medians on each side differ by ``min_rel_shift`` of the level before it and by
 ``min_sigma`` standard errors, in the watched ``direction``, with at least ``min_size``
-samples after it (so it is a new level, not a blip). After a confirmed change the screen is
+samples after it, 80% of them and the latest ones on the new side of the midpoint (so it is
+a new level, not a blip, a mixture, or an excursion that already ended). After a confirmed change the screen is
 quiet for ``half`` samples while it re-baselines.
 """
 from __future__ import annotations
@@ -111,6 +112,9 @@ class ChangePoint(Detector):
         stderr = 1.2533 * sigma * np.sqrt(1.0 / len(pre) + 1.0 / len(post))  # of a median
         if abs(shift) < p.min_rel_shift * abs(m0) or abs(shift) < p.min_sigma * stderr:
             return None
+        mid, side = (m0 + m1) / 2.0, np.sign(shift)
+        if np.mean(side * (post - mid) > 0) < 0.8 or side * (np.median(post[-3:]) - mid) <= 0:
+            return None  # a mixture or an excursion that already ended, not a new level
         return (shift / abs(m0) if m0 else np.inf), m0, int(ssteps[b])
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:

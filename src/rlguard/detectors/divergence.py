@@ -61,7 +61,7 @@ class Divergence(Detector):
         pct = f" (+{stat / abs(ref) * 100:.2g}%)" if ref else ""
         return (f"{metric} = {fmt(value)} has been above its best {fmt(ref)} (step {ref_step}) for "
                 f"{self.p.min_evals_above_best}+ evaluations{pct} while {self.p.with_metric} kept falling "
-                f"(from {fmt(self.other_at_best)}): over-fitting; keep the step-{ref_step} checkpoint")
+                f"(from {fmt(self.other_at_best)}): over-fitting")
 
     def state_dict(self):
         return {"best": self.best, "best_step": self.best_step, "above": self.above,

@@ -39,6 +39,12 @@ class ReadStats:
     bad_values: int = 0  # metric values that were not numbers (dropped, counted)
     first_bad_line: int | None = None  # line number of the first dropped value/record
     first_bad_reason: str | None = None
+    #: lines that looked like data but could not be used (invalid JSON, a dict or row cut
+    #: short, a truncated last line); they are also counted in ``skipped_lines``
+    bad_lines: int = 0
+    #: things the user should know that are not per-line (salvaged truncated file,
+    #: compressed stream ending early...)
+    warnings: list[str] = field(default_factory=list)
 
 
 class Reader(ABC):

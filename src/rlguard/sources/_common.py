@@ -1,0 +1,144 @@
+"""Helpers shared by the readers: opening (plain or gzip), numbers, steps, bookkeeping.
+
+Every reader opens its file in binary mode through :func:`open_binary` (gzip is detected by
+its magic bytes, not by the file name), splits on ``\\n`` only (a ``\\r`` inside a line is a
+progress bar redraw, not a line break) and decodes text with ``errors="replace"``.
+"""
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from contextlib import contextmanager
+from typing import IO, Iterator
+
+from ..errors import LogFormatError
+from .base import ReadStats
+
+#: keys that carry the step, in priority order (the first one present wins)
+STEP_KEYS = ("step", "_step", "global_step", "train/global_step")
+#: how much of a file format detection looks at
+HEAD_BYTES = 64 * 1024
+#: QUANTUM[d] is the printed quantum of a value with d decimals (d = 0..9)
+QUANTUM = tuple(float(f"1e-{d}") for d in range(10))
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def open_binary(path: str) -> IO[bytes]:
+    """Open ``path`` for binary line iteration; gzip input is decompressed transparently."""
+    try:
+        f = open(path, "rb")  # noqa: SIM115 - returned to the caller
+        magic = f.peek(2)[:2]
+        if magic != _GZIP_MAGIC:
+            return f
+        f.close()
+        return io.BufferedReader(gzip.open(path, "rb"))
+    except OSError as exc:
+        raise LogFormatError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+
+
+def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
+    """The first ``size`` bytes of the (decompressed) file (fewer if a gzip stream is cut)."""
+    chunks: list[bytes] = []
+    got = 0
+    with open_binary(path) as f, reading(path, ReadStats()):
+        while got < size:
+            chunk = f.read(min(8192, size - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+    return b"".join(chunks)
+
+
+@contextmanager
+def reading(path: str, stats: ReadStats) -> Iterator[None]:
+    """Turn I/O trouble while reading into a warning (corrupt gzip tail) or a LogFormatError."""
+    try:
+        yield
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        stats.warnings.append(f"compressed data ends early or is corrupt ({exc}); "
+                              "the records read before that point are kept")
+    except OSError as exc:
+        raise LogFormatError(f"read error: {exc.strerror or exc}", path=str(path)) from None
+
+
+def note_bad(stats: ReadStats, line: int, reason: str, *, value: bool = False,
+             skipped: bool = True) -> None:
+    """Count one dropped value (``value=True``) or one unusable line, remember the first.
+
+    An unusable line is also counted in ``skipped_lines`` unless ``skipped=False`` (the
+    caller counts it itself).
+    """
+    if value:
+        stats.bad_values += 1
+    else:
+        stats.bad_lines += 1
+        stats.skipped_lines += skipped
+    if stats.first_bad_line is None:
+        stats.first_bad_line = line
+        stats.first_bad_reason = reason
+
+
+def short(value: object, limit: int = 60) -> str:
+    """``repr`` of a value cut to ``limit`` characters, for messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def to_step(value: object) -> int | None:
+    """An int step from an int, an integral float or a numeric string; None otherwise."""
+    cls = value.__class__
+    if cls is int:
+        return value  # type: ignore[return-value]
+    if cls is str:
+        try:
+            value = float(value)  # type: ignore[arg-type]
+        except ValueError:
+            return None
+        cls = float
+    if cls is float and value.is_integer():  # type: ignore[union-attr]
+        return int(value)  # type: ignore[arg-type]
+    return None
+
+
+def str_number(text: str) -> float | None:
+    """``"0.5"``, ``"nan"``, ``"-inf"``, ``"1e-05"`` -> float; anything else -> None."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def decimals_quantum(text: str) -> float | None:
+    """The printed quantum of a plain decimal (``"0.000"`` -> 0.001), None if exact-looking.
+
+    Values without a decimal point, in exponent notation or with 10 or more decimals (a full
+    ``repr``) are taken as exact.
+    """
+    dot = text.find(".")
+    if dot < 0 or "e" in text or "E" in text:
+        return None
+    decimals = len(text) - dot - 1
+    return QUANTUM[decimals] if 0 < decimals < 10 else None
+
+
+def json_metric(key: str, value: object, metrics: dict[str, float], stats: ReadStats,
+                line: int, null: float | None) -> None:
+    """Store one non-float JSON value: int -> float, None -> ``null``, numeric str -> float.
+
+    Non-numeric strings are dropped and counted in ``bad_values``; bools, lists and dicts
+    are not metrics and are ignored.
+    """
+    cls = value.__class__
+    if cls is int:
+        metrics[key] = float(value)  # type: ignore[arg-type]
+    elif value is None:
+        if null is not None:
+            metrics[key] = null
+    elif cls is str:
+        number = str_number(value)  # type: ignore[arg-type]
+        if number is None:
+            note_bad(stats, line, f"value of {key!r} is not a number: {short(value)}", value=True)
+        else:
+            metrics[key] = number

@@ -1,0 +1,147 @@
+"""CSV (or TSV) export: a header row of metric names, then one row per logged step.
+
+    step,loss,train/kl,eval/loss
+    1,0.52,0.010,
+    2,0.47,nan,0.71
+
+The delimiter is a tab if the header has more tabs than commas, else a comma. The step column
+is the first of ``step``, ``_step``, ``global_step``, ``train/global_step`` in the header
+(case-insensitive: W&B exports write ``Step``). Rows without a step column are numbered
+1, 2, 3...; a row whose step cell is empty gets the previous row's step (numbered 1, 2...
+until a step has been seen), like the flat JSONL reader. Cells: empty = missing,
+``nan``/``NaN``/``inf``/``-inf``/numbers are read, anything else is dropped and counted in
+``stats.bad_values``. A row with fewer cells than the header keeps the cells it has, except
+an unterminated last row, which is dropped as truncated.
+"""
+from __future__ import annotations
+
+import csv
+from typing import IO, Iterator
+
+from .base import LogRecord, ReadStats, Reader
+from ._common import STEP_KEYS, note_bad, open_binary, reading, short, str_number, to_step
+
+_SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
+
+
+def _delimiter(header: str) -> str:
+    return "\t" if header.count("\t") > header.count(",") else ","
+
+
+def _step_column(names: list[str]) -> int | None:
+    lowered = [n.lower() for n in names]
+    for key in STEP_KEYS:
+        if key in lowered:
+            return lowered.index(key)
+    return None
+
+
+class CsvReader(Reader):
+    """CSV/TSV reader."""
+
+    name = "csv"
+    summary = "CSV/TSV table: a header (step, metric names...) then one row per step"
+
+    @classmethod
+    def sniff(cls, head: str, path: str) -> bool:
+        """A header with 2+ names, then rows of mostly numbers (or a .csv/.tsv name)."""
+        lines = [ln for ln in head.lstrip("\ufeff").splitlines()[:20] if ln.strip()]
+        if not lines or lines[0].lstrip()[:1] in ("{", "["):
+            return False
+        delim = _delimiter(lines[0])
+        try:
+            rows = list(csv.reader(lines[:3], delimiter=delim))
+        except csv.Error:
+            return False
+        names = rows[0]
+        if len(names) < 2 or all(str_number(n) is not None for n in names if n.strip()):
+            return False
+        if str(path).lower().endswith(_SUFFIXES) or _step_column(names) is not None:
+            return True
+        body = rows[1] if len(rows) > 1 else []
+        numeric = sum(str_number(c) is not None for c in body)
+        return len(body) == len(names) and 2 * numeric >= len(body)
+
+    def records(self, path: str) -> Iterator[LogRecord]:
+        """Yield one record per data row, in file order."""
+        self.stats = stats = ReadStats()
+        with open_binary(path) as f, reading(path, stats):
+            yield from _rows(_TextLines(f, stats), stats)
+
+
+class _TextLines:
+    """Decoded lines of a binary file; remembers whether the last one ended with a newline."""
+
+    def __init__(self, f: IO[bytes], stats: ReadStats) -> None:
+        self.f, self.stats, self.terminated = f, stats, True
+
+    def __iter__(self) -> Iterator[str]:
+        for raw in self.f:
+            self.stats.lines += 1
+            self.terminated = raw.endswith(b"\n")
+            yield raw.decode("utf-8", "replace")
+
+
+def _rows(lines: _TextLines, stats: ReadStats) -> Iterator[LogRecord]:
+    it = iter(lines)
+    first = next((ln for ln in it if ln.strip()), None)
+    if first is None:
+        return
+    stats.skipped_lines = stats.lines - 1  # blank lines before the header
+    delim = _delimiter(first)
+    names = [n.strip() for n in next(csv.reader([first.lstrip("\ufeff")], delimiter=delim))]
+    step_col = _step_column(names)
+    columns = [(i, n) for i, n in enumerate(names) if n and i != step_col]
+    reader = csv.reader(it, delimiter=delim)
+    counter = prev = 0
+    seen_step = False
+    while True:
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:  # a cell over the csv module's size limit, a stray NUL...
+            note_bad(stats, stats.lines, f"unreadable CSV row: {exc}")
+            continue
+        lineno = stats.lines
+        if not any(cell.strip() for cell in row):
+            stats.skipped_lines += 1
+            continue
+        if len(row) < len(names) and not lines.terminated:
+            note_bad(stats, lineno, "truncated last line (no newline at end of file)")
+            continue
+        metrics = _cells(row, columns, lineno, stats)
+        step = None
+        if step_col is not None and step_col < len(row) and row[step_col].strip():
+            step = to_step(row[step_col].strip())
+            if step is None:
+                note_bad(stats, lineno, f"{names[step_col]} is not an integer: "
+                         f"{short(row[step_col])}", value=True)
+        if step is not None:
+            seen_step = True
+        elif seen_step:
+            step = prev
+        else:
+            counter += 1
+            step = counter
+        prev = step
+        stats.records += 1
+        yield LogRecord(step, metrics, lineno)
+
+
+def _cells(row: list[str], columns: list[tuple[int, str]], lineno: int,
+           stats: ReadStats) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    width = len(row)
+    for i, name in columns:
+        if i >= width:
+            break
+        cell = row[i].strip()
+        if not cell:
+            continue
+        try:
+            metrics[name] = float(cell)
+        except ValueError:
+            note_bad(stats, lineno, f"value of {name!r} is not a number: {short(cell)}",
+                     value=True)
+    return metrics

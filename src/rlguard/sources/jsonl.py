@@ -1,0 +1,139 @@
+"""Flat JSONL: one JSON object per line, metric name -> number, plus a step key.
+
+    {"step": 10, "loss": 0.0017, "grad_norm": 0.022, "train/kl": NaN, "eval/loss": null}
+
+Written by custom loggers, W&B/TensorBoard exports, TRL's ``log_history`` dumped one entry per
+line... Rules:
+
+* step: the first of ``step``, ``_step``, ``global_step``, ``train/global_step`` present (an
+  int, an integral float or a numeric string). Lines without any step key: while no line so
+  far had one, records are numbered 1, 2, 3...; once a step key has been seen, a line without
+  one gets the step of the previous record (W&B-style exports split one step over lines).
+  The step key used is not a metric; the other keys are kept (the vocab layer ignores them).
+* values: numbers as floats; ``NaN``/``Infinity`` tokens and ``null`` (how many writers spell
+  NaN) become ``nan``/``inf``; numeric strings (``"0.5"``, ``"nan"``) are converted; other
+  strings are dropped and counted in ``stats.bad_values``; bools, lists, objects are ignored.
+* a line that is not a JSON object is skipped and counted (``bad_lines``); if no line parses,
+  :class:`~rlguard.errors.LogFormatError` names the first bad one. Records keep file order.
+
+Speed: ``orjson`` parses the bytes when installed; stdlib ``json`` handles the lines it
+rejects (NaN tokens, invalid UTF-8, BOM) and is the fallback when orjson is absent.
+"""
+from __future__ import annotations
+
+import json
+from typing import IO, Any, Callable, Iterator
+
+from .base import LogRecord, ReadStats, Reader
+from ._common import STEP_KEYS, json_metric, note_bad, open_binary, reading, short, to_step
+from ..errors import LogFormatError
+
+try:  # pragma: no cover - depends on the environment
+    import orjson
+
+    fast_loads: Callable[[bytes], Any] = orjson.loads
+except ImportError:  # pragma: no cover
+    fast_loads = json.loads
+
+_NAN = float("nan")
+
+
+def slow_loads(raw: bytes, line: int, stats: ReadStats) -> Any:
+    """Parse a line the fast parser rejected; None (and counted) if it is blank or invalid."""
+    text = raw.decode("utf-8", "replace").strip().lstrip("\ufeff")
+    if not text:
+        stats.skipped_lines += 1
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        cut = "truncated last line (no newline at end of file): " if raw[-1:] != b"\n" else ""
+        note_bad(stats, line, f"{cut}invalid JSON: {exc}")
+        return None
+
+
+def no_record_error(path: str, stats: ReadStats, what: str) -> LogFormatError:
+    """The error for a JSON-lines file of which no line could be used."""
+    return LogFormatError(f"no line is {what}; first bad line: {stats.first_bad_reason}",
+                          path=str(path), line=stats.first_bad_line)
+
+
+class JsonlReader(Reader):
+    """Flat JSONL reader (see the module docstring for the format and rules)."""
+
+    name = "jsonl"
+    summary = "flat JSON lines: {\"step\": N, \"loss\": ..., \"train/kl\": ...} (W&B-style exports)"
+
+    @classmethod
+    def sniff(cls, head: str, path: str) -> bool:
+        """Most of the first non-blank lines are JSON objects (the first one starts with '{')."""
+        lines = [ln.strip() for ln in head.lstrip("\ufeff").splitlines()[:40] if ln.strip()]
+        if not lines or not lines[0].startswith("{"):
+            return False
+        if len(lines) > 1 and not head.endswith("\n"):
+            lines.pop()  # the head cut the last line
+        parsed = 0
+        for text in lines:
+            try:
+                parsed += isinstance(json.loads(text), dict)
+            except ValueError:
+                pass
+        if parsed == 0 and len(lines) == 1:  # one line longer than the head
+            return lines[0].startswith('{"')
+        return parsed > 0 and 2 * parsed >= len(lines)
+
+    def records(self, path: str) -> Iterator[LogRecord]:
+        """Yield one record per JSON object line, in file order."""
+        self.stats = stats = ReadStats()
+        with open_binary(path) as f, reading(path, stats):
+            yield from self._scan(f, stats)
+        if stats.records == 0 and stats.bad_lines:
+            raise no_record_error(path, stats, "a JSON object")
+
+    @staticmethod
+    def _scan(f: IO[bytes], stats: ReadStats) -> Iterator[LogRecord]:
+        """The hot loop: one parse per line, one pass over the values, nothing else."""
+        loads, step_keys, nan = fast_loads, STEP_KEYS, _NAN
+        lineno = nrec = counter = prev = 0
+        seen_step = False
+        try:
+            for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno used in finally
+                try:
+                    obj = loads(raw)
+                except ValueError:
+                    obj = slow_loads(raw, lineno, stats)
+                    if obj is None:
+                        continue
+                if obj.__class__ is not dict:
+                    note_bad(stats, lineno, f"not a JSON object: {short(obj)}")
+                    continue
+                metrics = {}
+                for key, value in obj.items():
+                    cls = value.__class__
+                    if cls is float:
+                        metrics[key] = value
+                    elif cls is int:
+                        metrics[key] = float(value)
+                    else:
+                        json_metric(key, value, metrics, stats, lineno, nan)
+                step = None
+                for key in step_keys:
+                    if key in obj:
+                        metrics.pop(key, None)
+                        step = to_step(obj[key])
+                        if step is None:
+                            note_bad(stats, lineno, f"{key} is not an integer: "
+                                     f"{short(obj[key])}", value=True)
+                        break
+                if step is not None:
+                    seen_step = True
+                elif seen_step:
+                    step = prev
+                else:
+                    counter += 1
+                    step = counter
+                prev = step
+                nrec += 1
+                yield LogRecord(step, metrics, lineno)
+        finally:
+            stats.lines, stats.records = lineno, nrec

@@ -1,0 +1,167 @@
+"""transformers / TRL ``trainer_state.json``: the run's ``log_history`` in one JSON object.
+
+    {
+      "best_metric": null,
+      "global_step": 20,
+      "log_history": [
+        {"epoch": 0.5, "grad_norm": NaN, "learning_rate": 1e-06, "loss": 0.1, "step": 5},
+        {"epoch": 0.5, "eval_loss": Infinity, "eval_runtime": 3.1, "step": 5},
+        ...
+      ],
+      "max_steps": 20, ...
+    }
+
+Python's ``json`` writes bare ``NaN``/``Infinity``/``-Infinity`` tokens; they are read as
+floats. Each entry of ``log_history`` is one record, in file order, eval entries (``eval_``
+keys, sharing the step of a train entry) included as records of their own, the final summary
+(``train_runtime``) too. ``null`` is Python's ``None`` here: the value is missing. Strings that
+are numbers are converted, other strings counted in ``bad_values``. An entry without a usable
+``step`` gets the previous record's step (0 if none). ``LogRecord.line`` is the line of the
+entry's opening brace.
+
+A file cut short (a checkpoint being written): the complete entries of ``log_history`` before
+the cut are kept and the cut is reported in ``stats.warnings``; if not one entry is complete,
+:class:`~rlguard.errors.LogFormatError` gives the line and column of the JSON error.
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Iterator
+
+from .base import LogRecord, ReadStats, Reader
+from ._common import json_metric, note_bad, open_binary, reading, short, to_step
+from ..errors import LogFormatError
+
+_WS = re.compile(r"[ \t\r\n]*")
+_SNIFF = re.compile(r'^\s*\{[^\[\]]*?"log_history"\s*:\s*\[', re.DOTALL)
+_DECODER = json.JSONDecoder()
+
+
+class TrainerStateReader(Reader):
+    """trainer_state.json reader."""
+
+    name = "trainer_state"
+    summary = "transformers/TRL trainer_state.json (its log_history list)"
+
+    @classmethod
+    def sniff(cls, head: str, path: str) -> bool:
+        """A JSON object whose ``log_history`` list starts in the first KBs."""
+        return _SNIFF.match(head.lstrip("\ufeff")) is not None
+
+    def records(self, path: str) -> Iterator[LogRecord]:
+        """Yield one record per ``log_history`` entry, in file order."""
+        self.stats = stats = ReadStats()
+        chunks: list[bytes] = []  # read in chunks: a cut gzip stream keeps what came before
+        with open_binary(path) as f, reading(path, stats):
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                chunks.append(chunk)
+        text = b"".join(chunks).decode("utf-8", "replace").lstrip("\ufeff")
+        stats.lines = text.count("\n") + (not text.endswith("\n") and bool(text))
+        prev = 0
+        for line, entry in _entries(text, str(path), stats):
+            if entry.__class__ is not dict:
+                note_bad(stats, line, f"log_history entry is not an object: {short(entry)}")
+                continue
+            metrics: dict[str, float] = {}
+            for key, value in entry.items():
+                if value.__class__ is float:
+                    metrics[key] = value
+                else:
+                    json_metric(key, value, metrics, stats, line, None)
+            step = to_step(entry.get("step"))
+            metrics.pop("step", None)
+            if step is None:
+                if "step" in entry:
+                    note_bad(stats, line, f"step is not an integer: {short(entry['step'])}",
+                             value=True)
+                step = prev
+            prev = step
+            stats.records += 1
+            yield LogRecord(step, metrics, line)
+
+
+def _entries(text: str, path: str, stats: ReadStats) -> Iterator[tuple[int, Any]]:
+    """Walk the top-level object with ``raw_decode``; yield (line, entry) of log_history."""
+    seen = False
+    try:
+        pos = _expect(text, _WS.match(text).end(), "{")
+        while not text.startswith("}", pos := _WS.match(text, pos).end()):
+            key, pos = _DECODER.raw_decode(text, pos)
+            pos = _WS.match(text, _expect(text, _WS.match(text, pos).end(), ":")).end()
+            if key == "log_history" and not seen:
+                if not text.startswith("[", pos):
+                    raise LogFormatError("log_history is not a list", path=path,
+                                         line=text.count("\n", 0, pos) + 1, field="log_history")
+                seen = True
+                pos = yield from _walk_list(text, pos, path, stats)
+                if pos < 0:  # cut short inside log_history: salvaged, reported
+                    return
+            else:
+                _, pos = _DECODER.raw_decode(text, pos)
+            pos = _WS.match(text, pos).end()
+            if not text.startswith(",", pos):
+                _expect(text, pos, "}")
+                break
+            pos += 1
+    except json.JSONDecodeError as exc:
+        if not seen:
+            raise _json_error(exc, path) from None
+        stats.warnings.append(f"the file is cut short or corrupt after log_history "
+                              f"(line {exc.lineno} column {exc.colno}: {exc.msg}); "
+                              "log_history itself is complete")
+    if not seen:
+        raise LogFormatError("no log_history list in this JSON object", path=path,
+                             field="log_history")
+
+
+def _walk_list(text: str, pos: int, path: str,
+               stats: ReadStats) -> Iterator[tuple[int, Any]]:
+    """Yield (line, entry) for each element of the list at ``pos``.
+
+    Returns the offset after the list, or -1 if the list is cut short after at least one
+    complete entry (the cut is counted and reported in ``stats``).
+    """
+    pos = _WS.match(text, _expect(text, pos, "[")).end()
+    if text.startswith("]", pos):
+        return pos + 1
+    line, counted, done = 1, 0, 0
+    while True:
+        try:
+            entry, end = _DECODER.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            if done == 0:
+                raise _json_error(exc, path) from None
+            return _salvaged(exc, done, stats)
+        line += text.count("\n", counted, pos)
+        counted = pos
+        done += 1
+        yield line, entry
+        end = _WS.match(text, end).end()
+        if text.startswith("]", end):
+            return end + 1
+        if not text.startswith(",", end):
+            return _salvaged(json.JSONDecodeError("expected ',' or ']'", text, end), done, stats)
+        pos = _WS.match(text, end + 1).end()
+
+
+def _salvaged(exc: json.JSONDecodeError, done: int, stats: ReadStats) -> int:
+    """Count and report a log_history cut short after ``done`` complete entries; -1."""
+    note_bad(stats, exc.lineno, f"log_history cut short: {exc.msg}")
+    stats.warnings.append(f"the file is cut short or corrupt at line {exc.lineno} column "
+                          f"{exc.colno} ({exc.msg}); the {done} complete log_history "
+                          "entries before that point are kept")
+    return -1
+
+
+def _expect(text: str, pos: int, char: str) -> int:
+    """``pos + 1`` if ``text[pos]`` is ``char``, else a JSONDecodeError at ``pos``."""
+    if text.startswith(char, pos):
+        return pos + 1
+    raise json.JSONDecodeError(f"expected {char!r}", text, pos)
+
+
+def _json_error(exc: json.JSONDecodeError, path: str) -> LogFormatError:
+    cut = " (the file ends there: cut short?)" if not exc.doc[exc.pos:].strip() else ""
+    return LogFormatError(f"not valid JSON (column {exc.colno}): {exc.msg}{cut}", path=path,
+                          line=exc.lineno)
