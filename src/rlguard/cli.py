@@ -140,10 +140,10 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
-    from .ruletests import run_file, test_files
+    from .ruletests import run_file, find_test_files
 
     total, failures = 0, []
-    for f in test_files(args.paths):
+    for f in find_test_files(args.paths):
         n, fails, _ = run_file(f)
         total += n
         failures.extend(fails)

@@ -108,16 +108,20 @@ class Rule(BaseModel):
             data["metrics"] = [data.pop("metric")]
         return data
 
-    @model_validator(mode="after")
-    def _check_params(self) -> "Rule":
-        det = DETECTORS[self.detector]
+    @field_validator("params")
+    @classmethod
+    def _check_params(cls, v: dict[str, Any], info) -> dict[str, Any]:
+        det = DETECTORS.get(info.data.get("detector", ""))
+        if det is None:
+            return v  # the detector error is reported on its own field
         try:
-            det.Params.model_validate(self.params)
+            det.Params.model_validate(v)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"])
-            raise ValueError(f"params.{where}: {err['msg']}") from None
-        return self
+            known = ", ".join(det.Params.model_fields)
+            raise ValueError(f"{where}: {err['msg']} (detector {det.name} takes: {known})") from None
+        return v
 
     def detector_params(self) -> BaseModel:
         return DETECTORS[self.detector].Params.model_validate(self.params)

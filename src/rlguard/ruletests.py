@@ -180,7 +180,7 @@ def _compare(path: str, case: TestCase, got: list[tuple[str, int, str]]) -> list
     return [Failure(path, case.name, "; ".join(parts))]
 
 
-def test_files(paths: list[str] | None) -> list[Path]:
+def find_test_files(paths: list[str] | None) -> list[Path]:
     if not paths:
         paths = [str(RULE_TESTS_DIR)]
     out: list[Path] = []

@@ -55,14 +55,13 @@ class ChangePoint(Detector):
         ref_step = np.full(n, -1, dtype=np.int64)
         sign = {"up": 1, "down": -1, "both": 0}[p.direction]
         trips = np.flatnonzero((np.abs(np.nan_to_num(z)) >= p.z) & ((sign == 0) | (np.sign(z) == sign)))
-        next_try = 0
         for j in trips.tolist():
             absolute = self.seen + j
-            if absolute < self.quiet_until or j < next_try:
+            if absolute < self.quiet_until:
                 continue
             found = self._confirm(hist[: off + j + 1], hsteps[: off + j + 1], chunk.quantum)
             if found is None:
-                next_try = j + max(1, p.half // 2)  # bound ruptures calls on a long trip
+                self.quiet_until = absolute + max(1, p.half // 2)  # bound ruptures calls on a long trip
                 continue
             verdict[j], stat[j], ref[j], ref_step[j] = 1, found[0], found[1], found[2]
             self.last_change_step = int(found[2])

@@ -19,6 +19,7 @@ import csv
 from typing import IO, Iterator
 
 from .base import LogRecord, ReadStats, Reader
+from ..errors import LogFormatError
 from ._common import STEP_KEYS, note_bad, open_binary, reading, short, str_number, to_step
 
 _SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
@@ -66,7 +67,7 @@ class CsvReader(Reader):
         """Yield one record per data row, in file order."""
         self.stats = stats = ReadStats()
         with open_binary(path) as f, reading(path, stats):
-            yield from _rows(_TextLines(f, stats), stats)
+            yield from _rows(_TextLines(f, stats), stats, str(path))
 
 
 class _TextLines:
@@ -82,14 +83,18 @@ class _TextLines:
             yield raw.decode("utf-8", "replace")
 
 
-def _rows(lines: _TextLines, stats: ReadStats) -> Iterator[LogRecord]:
+def _rows(lines: _TextLines, stats: ReadStats, path: str) -> Iterator[LogRecord]:
+    """Header, then one record per non-blank row (see the module docstring)."""
     it = iter(lines)
     first = next((ln for ln in it if ln.strip()), None)
     if first is None:
         return
     stats.skipped_lines = stats.lines - 1  # blank lines before the header
     delim = _delimiter(first)
-    names = [n.strip() for n in next(csv.reader([first.lstrip("\ufeff")], delimiter=delim))]
+    try:
+        names = [n.strip() for n in next(csv.reader([first.lstrip("\ufeff")], delimiter=delim))]
+    except csv.Error as exc:
+        raise LogFormatError(f"unreadable CSV header: {exc}", path=path, line=stats.lines) from None
     step_col = _step_column(names)
     columns = [(i, n) for i, n in enumerate(names) if n and i != step_col]
     reader = csv.reader(it, delimiter=delim)

@@ -42,7 +42,9 @@ _PAIR = re.compile(
     r"\s*([,}])", re.IGNORECASE)  # 8 delimiter
 _KEY_ONLY = re.compile(_KEY)
 _OPEN = re.compile(r"\{(?=\s*['\"])")
-_DELIM = re.compile(r"[\"'()\[\]{},]")
+_TOKENS = re.compile(r"[\"']|[(\[{]+|[)\]}]+|,")
+_NESTED = re.compile(r"[\"']|[(\[{]+|[)\]}]+")
+_MAX_FAILED = 20  # unparsable '{' starts tolerated on one line before giving up on it
 _STEP_KEYS = ("step", "global_step")
 _SKIPPED = object()  # a nested/unknown value, not a metric
 
@@ -162,12 +164,13 @@ def _values(items: list[Any]) -> Iterator[tuple[str, object]]:
 
 def _dicts(text: str) -> Iterator[tuple[list[Any], str | None]]:
     """Each ``{'...`` dict on a line: (parsed items, None) or (items so far, error)."""
-    pos = 0
-    while True:
+    pos = failed = 0
+    while failed < _MAX_FAILED:
         found = _OPEN.search(text, pos)
         if found is None:
             return
         items, pos, err = _parse_dict(text, found.end())
+        failed += err is not None
         yield items, err
 
 
@@ -193,28 +196,35 @@ def _parse_dict(text: str, pos: int) -> tuple[list[Any], int, str | None]:
 
 
 def _skip_value(text: str, pos: int) -> int:
-    """Index of the ``,`` or ``}`` ending a nested/unknown value; -1 if it does not end."""
+    """Index of the ``,`` or ``}`` ending a nested/unknown value; -1 if it does not end.
+
+    Bracket runs are counted in one step and commas are ignored inside brackets, so a 10 MB
+    list costs a handful of regex searches per nesting level, not one per element.
+    """
     depth = 0
     while True:
-        found = _DELIM.search(text, pos)
+        found = (_NESTED if depth else _TOKENS).search(text, pos)
         if found is None:
             return -1
-        char, at = found.group(), found.start()
-        if char in "'\"":
-            close = text.find(char, at + 1)
+        token, at = found.group(), found.start()
+        first = token[0]
+        if first in "'\"":
+            close = text.find(first, at + 1)
             while close > 0 and text[close - 1] == "\\":
-                close = text.find(char, close + 1)
+                close = text.find(first, close + 1)
             if close < 0:
                 return -1
             pos = close + 1
             continue
-        if char in "([{":
-            depth += 1
-        elif char in ")]}" and depth:
-            depth -= 1
-        elif depth == 0:
-            return at if char in ",}" else -1
-        pos = at + 1
+        if first == ",":
+            return at
+        if first in "([{":
+            depth += len(token)
+        elif len(token) > depth:  # closes the dict itself (or does not match at all)
+            return at + depth if text[at + depth] == "}" else -1
+        else:
+            depth -= len(token)
+        pos = found.end()
 
 
 def _printed_quantum(text: str, value: float) -> float | None:

@@ -1,0 +1,158 @@
+"""The watchdog's decisions: de-duplication, reasons, best-checkpoint decisions, stop with the
+checkpoint to keep, save/restore without re-alerting, resumed runs, and the seed post-mortems."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from rlguard import Action, Watchdog
+from rlguard.errors import StateError
+from rlguard.sources.base import LogRecord
+
+SEED000_A = [1.818, 2.140, 1.840, 1.830, 1.750, 1.788, 2.040, 2.003, 2.202]
+SEED000_B = [1.695, 1.992, 1.768, 1.915, 1.970, 1.828, 1.840, 2.123, 2.005]
+
+
+def feed(wd, rows):
+    out = []
+    for step, metrics in rows:
+        out += wd.observe(step, metrics)
+    return out
+
+
+@pytest.mark.parametrize("values,best_step,best", [(SEED000_A, 45, 2.202), (SEED000_B, 40, 2.123)])
+def test_seed000_best_checkpoint_and_no_critical(values, best_step, best):
+    wd = Watchdog(run="seed000")
+    decisions = feed(wd, [(5 * (i + 1), {"eval/reward": v}) for i, v in enumerate(values)])
+    assert not [a for a in wd.alerts if a.severity in ("critical", "warning")]
+    ckpts = [d for d in decisions if d.action is Action.CHECKPOINT and d.kind == "new_best"]
+    assert ckpts[-1].step == best_step
+    assert wd.best.step == best_step and wd.best.value == pytest.approx(best)
+    assert "new best" in ckpts[-1].reason
+
+
+def seed004(wd):
+    rows = [(1, {"train/loss": 199.63, "eval/loss": 17.15, "train/kl": 20.68, "train/beta": 10.0}),
+            (2, {"eval/loss": 17.40}),
+            (5, {"train/loss": 0.007, "eval/loss": 17.47, "train/kl": 0.029, "train/beta": 0.001}),
+            (10, {"train/loss": -0.001, "eval/loss": 17.50, "train/kl": 0.030, "train/beta": 0.001})]
+    return feed(wd, rows)
+
+
+def test_seed004_divergence_and_beta_collapse_by_epoch5_and_stop_keeps_epoch1():
+    wd = Watchdog(run="seed004")
+    seed004(wd)
+    firing = {a.kind: a for a in wd.alerts if a.status == "firing"}
+    assert firing["val_divergence"].step <= 5 and firing["beta_collapse"].step <= 5
+    stop = wd.stop_decision
+    assert stop is not None and stop.step == 5
+    assert stop.alert.checkpoint_step == 1  # best validation loss was at epoch 1
+    assert "17.15" in firing["val_divergence"].message and "train_loss" in firing["val_divergence"].message
+    assert "peak 10" in firing["beta_collapse"].message
+
+
+def test_pending_firing_resolved_once_each():
+    wd = Watchdog(run="r")
+    rows = [(s, {"loss": 0.5, "grad_norm": math.nan if 10 <= s < 30 else 1.0}) for s in range(1, 50)]
+    feed(wd, rows)
+    mine = [a for a in wd.alerts if a.rule == "RLG-NONFINITE-GRAD-NORM"]
+    assert [(a.status, a.step) for a in mine] == [("firing", 11), ("resolved", 30)]
+    assert wd.firing() == []
+
+
+def test_save_restore_does_not_realert(tmp_path):
+    rows = [(s, {"loss": 0.5, "kl": 0.0, "beta": 0.04}) for s in range(1, 61)]
+    wd = Watchdog(run="r")
+    feed(wd, rows[:25])
+    assert [a.kind for a in wd.alerts] == ["kl_low"]
+    wd.save(tmp_path / "state.json")
+    wd2 = Watchdog(run="r")
+    wd2.load(tmp_path / "state.json")
+    more = feed(wd2, rows[25:])
+    assert more == []  # still firing: no second alert
+    assert len(wd2.firing()) == 1
+    # without the state, a fresh process would alert again
+    fresh = Watchdog(run="r")
+    assert feed(fresh, rows[25:]) != []
+
+
+def test_state_is_versioned(tmp_path):
+    wd = Watchdog()
+    wd.observe(1, {"loss": 1.0})
+    st = wd.state_dict()
+    st["version"] = 99
+    (tmp_path / "s.json").write_text(json.dumps(st))
+    with pytest.raises(StateError, match="version 99"):
+        Watchdog().load(tmp_path / "s.json")
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(StateError, match="bad.json"):
+        Watchdog().load(tmp_path / "bad.json")
+
+
+def test_resumed_run_with_repeated_steps_is_processed_in_arrival_order():
+    wd = Watchdog(run="r")
+    rows = [(s, {"loss": 0.5 - 0.001 * s, "grad_norm": 1.0}) for s in range(1, 101)]
+    rows += [(s, {"loss": 0.5 - 0.001 * s, "grad_norm": 1.0}) for s in range(80, 151)]
+    feed(wd, rows)
+    assert wd.alerts == []
+    # an exact repeated record (two ranks printing the same line) is ignored
+    wd.observe(150, {"loss": 0.5 - 0.15, "grad_norm": 1.0})
+    assert wd.duplicates == 1
+
+
+def test_chunked_and_online_feeding_agree():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    rows = []
+    for s in range(1, 400):
+        m = {"reward": 0.5 + 0.05 * rng.standard_normal() - (0.3 if s > 250 else 0),
+             "grad_norm": 1.0 + 0.1 * rng.standard_normal(), "entropy": 0.8 * (0.05 if s > 300 else 1)}
+        rows.append((s, m))
+    online = Watchdog(run="r")
+    feed(online, rows)
+    batch = Watchdog(run="r")
+    batch.ingest([LogRecord(s, m, i) for i, (s, m) in enumerate(rows)][:123])
+    batch.ingest([LogRecord(s, m, i) for i, (s, m) in enumerate(rows)][123:])
+    key = lambda w: [(a.rule, a.step, a.status) for a in w.alerts]
+    assert key(online) == key(batch)
+    assert {"reward_drop", "entropy_collapse"} <= {a.kind for a in online.alerts}
+
+
+def test_unknown_metrics_are_kept_and_usable(tmp_path):
+    from rlguard.rulespec import load_pack
+
+    p = tmp_path / "p.yaml"
+    p.write_text("""apiVersion: rlguard/v1
+pack: custom
+version: "1"
+rules:
+  - id: CUSTOM-ACC
+    kind: regression
+    severity: warning
+    description: my own accuracy metric fell below 0.5.
+    metric: my/accuracy
+    detector: threshold
+    params: {below: 0.5}
+""")
+    wd = Watchdog(packs=[load_pack(p)], run="r")
+    wd.observe(1, {"my/accuracy": 0.7})
+    ds = wd.observe(2, {"my/accuracy": 0.4})
+    assert ds and ds[0].alert.metric == "my/accuracy" and "below 0.5" in ds[0].reason
+
+
+def test_summary_record_is_skipped():
+    wd = Watchdog(run="r")
+    wd.observe(10, {"loss": 0.3})
+    wd.observe(10, {"train_runtime": 100.0, "train_loss": float("nan")})
+    assert wd.summaries == 1 and wd.alerts == []
+
+
+def test_baseline_regression():
+    wd = Watchdog(run="r", baselines={"val_reward": 57.2})
+    feed(wd, [(i * 10, {"eval/reward": v}) for i, v in enumerate([57.1, 51.7, 47.1, 49.1], 1)])
+    kinds = [a.kind for a in wd.alerts if a.status == "firing"]
+    assert "regression" in kinds
+    assert "57.2" in next(a.message for a in wd.alerts if a.kind == "regression")
