@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections import defaultdict
+from itertools import chain
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -89,7 +90,8 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int) -> dict[str, 
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     q_out: dict[str, float] = {}
     for kt, idxs in groups.items():
-        mat = np.array([list(records[i].metrics.values()) for i in idxs], dtype=float).reshape(len(idxs), len(kt))
+        flat = chain.from_iterable(records[i].metrics.values() for i in idxs)
+        mat = np.fromiter(flat, dtype=float, count=len(idxs) * len(kt)).reshape(len(idxs), len(kt))
         idx = np.asarray(idxs, dtype=np.int64)
         by_name: dict[str, list[int]] = defaultdict(list)
         for c, raw in enumerate(kt):

@@ -4,7 +4,7 @@ ruptures is an offline library and Pelt costs seconds on 10,000 points, so it ne
 whole series. The screen runs on every sample, vectorized: the difference between the means
 of the last ``half`` samples and the ``half`` before them, in units of the local noise
 (mean absolute first difference, floored by ``rel_floor`` of the level and the printed
-resolution). Only where the screen trips does ruptures (binary segmentation, l2 cost) look
+resolution). Only where the screen trips does ruptures (KernelCPD with a linear kernel, i.e. the l2 cost) look
 at a bounded window of the last ``window`` samples, place the change, and the change is
 kept if the medians on each side differ by ``min_rel_shift`` of the level before it and by
 ``min_sigma`` standard errors, in the watched ``direction``, with at least ``min_size``
@@ -97,7 +97,7 @@ class ChangePoint(Detector):
         ssteps = steps[-p.window:]
         if len(seg) < 2 * p.min_size:
             return None
-        b = rpt.Binseg(model="l2", min_size=p.min_size, jump=1).fit(seg).predict(n_bkps=1)[0]
+        b = rpt.KernelCPD(kernel="linear", min_size=p.min_size, jump=1).fit(seg).predict(n_bkps=1)[0]
         if len(seg) - b < p.min_size or b < p.min_size:
             return None
         pre, post = seg[:b], seg[b:]
@@ -120,7 +120,7 @@ class ChangePoint(Detector):
         word = "rose" if stat > 0 else "fell"
         after = ref * (1 + stat) if np.isfinite(stat) else value
         return (f"{metric} changed level at step {ref_step}: median {word} from {fmt(ref)} to "
-                f"{fmt(after)} ({stat * 100:+.0f}%), confirmed by ruptures (Binseg, l2)")
+                f"{fmt(after)} ({stat * 100:+.0f}%), confirmed by ruptures (KernelCPD, linear kernel)")
 
     def state_dict(self):
         return {"tail": self.tail, "tail_steps": self.tail_steps, "seen": self.seen,

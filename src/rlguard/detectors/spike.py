@@ -4,6 +4,11 @@ The noise model is the median absolute deviation of the previous ``window`` samp
 by a fraction of the level (``rel_floor``) and by the printed resolution, so a metric that
 sat perfectly flat does not turn every wiggle into an infinite z-score. One isolated spike
 is common and harmless (grad norm); rules ask for several in a row with ``for``.
+
+The baseline (median and MAD of the window) is recomputed every ``refresh`` samples, counted
+from the start of the run, and shared by the samples of that block: a baseline at most
+``refresh - 1`` samples older changes nothing for spike detection and makes replaying long
+logs several times cheaper.
 """
 from __future__ import annotations
 
@@ -26,31 +31,36 @@ class Spike(Detector):
         min_ratio: float | None = Field(None, gt=1, description="and value >= ratio * |median| (positive metrics)")
         rel_floor: float = Field(0.05, ge=0, description="noise floor as a fraction of |median|")
         direction: Literal["up", "down", "both"] = "up"
+        refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
 
     def __init__(self, params) -> None:
         super().__init__(params)
         self.tail: list[float] = []
+        self.seen = 0
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
         hist = extend_tail(self.tail, chunk.values)
         n, off = len(chunk.values), len(hist) - len(chunk.values)
-        med = np.full(n, np.nan)
-        mad = np.full(n, np.nan)
-        idx = off + np.arange(n)
-        have = np.minimum(idx, p.window)
-        ok = have >= p.min_history
-        full = idx >= p.window
+        absolute = self.seen + np.arange(n)  # sample index since the start of the run
+        start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
+        local = start - self.seen + off  # ... at this position of hist
+        med, mad = np.full(n, np.nan), np.full(n, np.nan)
+        uniq, inv = np.unique(local, return_inverse=True)
+        full = uniq - p.window >= 0
         if full.any():
-            lo = off + int(np.argmax(full))
-            view = np.lib.stride_tricks.sliding_window_view(hist[lo - p.window: len(hist) - 1], p.window)
+            pos = uniq[full]
+            view = np.lib.stride_tricks.sliding_window_view(hist[: pos.max()], p.window)[pos - p.window]
             m = np.median(view, axis=1)
-            med[full] = m
-            mad[full] = np.median(np.abs(view - m[:, None]), axis=1)
-        for j in np.flatnonzero(ok & ~full):  # partial windows at the very start
-            w = hist[: idx[j]]
+            um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
+            um[full], ud[full] = m, np.median(np.abs(view - m[:, None]), axis=1)
+            med, mad = um[inv], ud[inv]
+        have = np.minimum(start, p.window)
+        for j in np.flatnonzero((have >= p.min_history) & np.isnan(med)):  # partial windows at the start
+            w = hist[max(0, local[j] - p.window): local[j]]
             med[j] = np.median(w)
             mad[j] = np.median(np.abs(w - med[j]))
+        ok = have >= p.min_history
         scale = np.maximum.reduce([1.4826 * mad, p.rel_floor * np.abs(med),
                                    np.full(n, max(chunk.quantum, 1e-12))])
         z = (chunk.values - med) / scale
@@ -63,7 +73,8 @@ class Spike(Detector):
         if p.min_ratio is not None:
             trig &= chunk.values >= p.min_ratio * np.abs(med)
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
-        self.tail = keep_tail(hist, p.window)
+        self.seen += n
+        self.tail = keep_tail(hist, p.window + p.refresh)
         return Scan(verdict, z, med)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
@@ -71,7 +82,7 @@ class Spike(Detector):
                 f"{'above' if stat > 0 else 'below'} its recent median {fmt(ref)}")
 
     def state_dict(self):
-        return {"tail": self.tail}
+        return {"tail": self.tail, "seen": self.seen}
 
     def load_state_dict(self, s):
-        self.tail = list(s.get("tail", []))
+        self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
