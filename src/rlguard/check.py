@@ -38,7 +38,7 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
         ds = wd.ingest(buf)
         all_decisions.extend(ds)
         if out_format == "json":
-            _emit_json(out, ds, decisions)
+            _emit_json(out, ds, decisions, run)
     stats = reader.stats
     if n == 0:
         from .errors import LogFormatError
@@ -60,14 +60,14 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
     return 1 if bad else 0
 
 
-def _emit_json(out, ds: list[Decision], with_decisions: bool) -> None:
+def _emit_json(out, ds: list[Decision], with_decisions: bool, run: str) -> None:
     import json
 
     for d in ds:
         if d.alert is not None:
             out.write(d.alert.to_json() + "\n")
         elif with_decisions and d.action is Action.CHECKPOINT:
-            out.write(json.dumps({"run": "", "rule": "best-checkpoint", "kind": d.kind, "severity": "info",
+            out.write(json.dumps({"run": run, "rule": "best-checkpoint", "kind": d.kind, "severity": "info",
                                   "action": "checkpoint", "step": d.step, "metric": "", "value": None,
                                   "message": d.reason}) + "\n")
 

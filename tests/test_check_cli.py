@@ -1,0 +1,159 @@
+"""The `rlguard check` contract, exactly as other tools depend on it, run as a real subprocess:
+JSON lines on stdout and nothing else, the required keys, exit 0/1/2, and bad input that never
+crashes (clear message naming the file and line, no traceback)."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import SHARED
+
+KEYS = {"run", "rule", "kind", "severity", "action", "step", "metric", "value", "message"}
+
+
+def check(*args, input_text=None):
+    return subprocess.run([sys.executable, "-m", "rlguard", "check", *map(str, args)],
+                          capture_output=True, text=True, input=input_text, timeout=120)
+
+
+def jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+SEED004 = [{"step": 1, "train/loss": 199.63, "eval/loss": 17.15, "train/kl": 20.68, "train/beta": 10.0},
+           {"step": 2, "eval/loss": 17.40},
+           {"step": 5, "train/loss": 0.007, "eval/loss": 17.47, "train/kl": 0.029, "train/beta": 0.001},
+           {"step": 10, "train/loss": -0.001, "eval/loss": 17.50, "train/kl": 0.030, "train/beta": 0.001}]
+
+
+def test_json_contract_on_seed004(tmp_path):
+    r = check(jsonl(tmp_path / "seed004.jsonl", SEED004), "--format", "json")
+    assert r.returncode == 1, r.stderr
+    objs = [json.loads(line) for line in r.stdout.splitlines()]
+    assert objs and all(KEYS <= set(o) for o in objs)
+    assert all(isinstance(o["step"], int) for o in objs)
+    kinds = {o["kind"]: o for o in objs}
+    assert kinds["val_divergence"]["step"] <= 5 and kinds["beta_collapse"]["step"] <= 5
+    assert kinds["val_divergence"]["run"] == "seed004"
+    assert "Traceback" not in r.stderr
+
+
+def test_text_output_is_a_readable_summary(tmp_path):
+    r = check(jsonl(tmp_path / "seed004.jsonl", SEED004))
+    assert r.returncode == 1
+    assert "STEP" in r.stdout and "val_divergence" in r.stdout and "What to check" in r.stdout
+    assert "STOPPED the run at step 5" in r.stdout and "keep the checkpoint of step 1" in r.stdout
+
+
+def test_healthy_exit_zero_and_empty_json(tmp_path):
+    rows = [{"step": s, "loss": 0.5 - s * 1e-3, "reward": 0.2 + s * 1e-3, "grad_norm": 1.0} for s in range(1, 200)]
+    r = check(jsonl(tmp_path / "ok.jsonl", rows), "--format", "json")
+    assert r.returncode == 0 and r.stdout == "", r.stdout + r.stderr
+
+
+def test_nan_as_null_and_token(tmp_path):
+    p = tmp_path / "nan.jsonl"
+    p.write_text('{"step": 1, "train/loss": 0.5}\n{"step": 2, "train/loss": null}\n{"step": 3, "train/loss": NaN}\n')
+    r = check(p, "--format", "json")
+    objs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert r.returncode == 1 and objs[0]["kind"] == "nonfinite" and objs[0]["step"] == 2
+    assert objs[0]["value"] is None  # JSON has no NaN
+
+
+@pytest.mark.parametrize("content,words", [
+    (b"", "empty"),
+    (b"\x00\x01\x02\xff\xfe binary junk \x00" * 50, "format"),
+    (b"hello world\nthis is not a log\n", "format"),
+])
+def test_unusable_input_exit_2(tmp_path, content, words):
+    p = tmp_path / "bad.log"
+    p.write_bytes(content)
+    r = check(p)
+    assert r.returncode == 2
+    assert str(p) in r.stderr and words in r.stderr.lower()
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_file_and_bad_usage(tmp_path):
+    r = check(tmp_path / "nope.jsonl")
+    assert r.returncode == 2 and "nope.jsonl" in r.stderr and "Traceback" not in r.stderr
+    r = check(tmp_path / "nope.jsonl", "--input-format", "xml")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+    r = check(jsonl(tmp_path / "s.jsonl", SEED004), "--baseline", "oops")
+    assert r.returncode == 2 and "METRIC=VALUE" in r.stderr
+
+
+def test_truncated_and_garbage_lines_keep_the_data(tmp_path):
+    good = [{"step": s, "train/loss": 0.5, "train/grad_norm": 1.0} for s in range(1, 50)]
+    text = "".join(json.dumps(r) + "\n" for r in good[:20]) + "garbage line\n{\"step\": 21, \"train/loss\": \"abc\"}\n"
+    text += "".join(json.dumps(r) + "\n" for r in good[21:]) + '{"step": 50, "train/loss": na'
+    p = tmp_path / "t.jsonl"
+    p.write_text(text)
+    r = check(p)
+    assert r.returncode == 0, r.stderr
+    assert "48 records" in r.stdout or "49 records" in r.stdout
+    assert "skipped" in r.stdout
+
+
+def test_out_of_order_and_repeated_steps(tmp_path):
+    rows = [{"step": s, "train/loss": 0.5, "train/grad_norm": 1.0} for s in range(1, 101)]
+    rows += [{"step": s, "train/loss": 0.5, "train/grad_norm": 1.0} for s in range(60, 120)]
+    rows += rows[-1:]
+    r = check(jsonl(tmp_path / "resumed.jsonl", rows), "--format", "json")
+    assert r.returncode == 0 and r.stdout == ""
+    assert "repeated record" in r.stderr
+
+
+def test_gzip_and_rules_override(tmp_path):
+    p = tmp_path / "seed004.jsonl.gz"
+    with gzip.open(p, "wt") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in SEED004))
+    rules = tmp_path / "only_beta.yaml"
+    rules.write_text("""apiVersion: rlguard/v1
+pack: mine
+version: "1"
+rules:
+  - id: MY-BETA
+    kind: beta_collapse
+    severity: warning
+    description: beta fell below a tenth of its peak, my own rule.
+    metric: kl_coef
+    detector: drop_from_peak
+    params: {max_ratio: 0.1}
+""")
+    r = check(p, "--rules", rules, "--format", "json")
+    objs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [o["rule"] for o in objs] == ["MY-BETA"], r.stderr
+
+
+def test_bad_rules_file_is_exit_2_with_line(tmp_path):
+    rules = tmp_path / "bad.yaml"
+    rules.write_text("apiVersion: rlguard/v1\npack: x\nversion: '1'\nrules:\n  - id: X-1\n    kind: nope\n")
+    r = check(jsonl(tmp_path / "s.jsonl", SEED004), "--rules", rules)
+    assert r.returncode == 2 and f"{rules}:6: rules[0].kind" in r.stderr
+
+
+@pytest.mark.skipif(not (SHARED / "samples").is_dir(), reason="../shared/samples not present")
+@pytest.mark.parametrize("name", ["verl_ppo_codegen_qwen_excerpt.log", "grpo_trl_meta_hackathon_short.jsonl",
+                                  "dpo_llamafactory_qwen7b_lora.jsonl", "r2_grpo_unsloth_payments_agent_qwen15.jsonl"])
+def test_real_public_logs_without_labels_raise_no_warning(name):
+    """The sample README says none of these shows a clear failure."""
+    r = check(SHARED / "samples" / name, "--format", "json")
+    bad = [json.loads(x) for x in r.stdout.splitlines()]
+    bad = [o for o in bad if o["severity"] != "info"]
+    assert r.returncode == 0 and not bad, bad
+
+
+def test_decisions_flag_prints_best_checkpoints(tmp_path):
+    a = [1.818, 2.140, 1.840, 1.830, 1.750, 1.788, 2.040, 2.003, 2.202]
+    p = jsonl(tmp_path / "seed000_a.jsonl", [{"step": 5 * (i + 1), "eval/reward": v} for i, v in enumerate(a)])
+    r = check(p, "--format", "json", "--decisions")
+    objs = [json.loads(x) for x in r.stdout.splitlines()]
+    best = [o for o in objs if o["kind"] == "new_best"]
+    assert best[-1]["step"] == 45 and r.returncode == 0
+    assert not [o for o in objs if o["severity"] == "critical"]
