@@ -44,7 +44,7 @@ class RuleInstance:
     def key(self) -> str:
         return f"{self.rule.id}|{self.metric}"
 
-    def evaluate(self, col: Column, first_step: int, companion: np.ndarray | None,
+    def evaluate(self, col: Column, first_step: int, companion: tuple[np.ndarray, np.ndarray] | None,
                  guard_ok: np.ndarray | None) -> list[Event]:
         values = col.values
         n = len(values)
@@ -53,8 +53,8 @@ class RuleInstance:
         ref_step = np.full(n, -1, dtype=np.int64)
         sel = np.ones(n, dtype=bool) if self.detector.wants_nonfinite else np.isfinite(values)
         if sel.any():
-            other = companion[sel] if companion is not None else None
-            chunk = Chunk(col.steps[sel], values[sel], col.quantum, other)
+            other, other_se = (companion[0][sel], companion[1][sel]) if companion is not None else (None, None)
+            chunk = Chunk(col.steps[sel], values[sel], col.quantum, other, other_se)
             sc = self.detector.scan(chunk)
             verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
             if sc.ref_step is not None:

@@ -7,6 +7,7 @@ any size; a single step is a chunk of one) and act on the decisions it returns.
 """
 from __future__ import annotations
 
+import bisect
 import json
 import os
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ import numpy as np
 
 from .alerts import Action, Alert, Decision, Severity
 from .columns import Column, Naming, Recent, columnize
+from .detectors.base import robust_sigma_of_diffs
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
@@ -34,6 +36,12 @@ class BestTracker:
     mode: str
     value: float | None = None
     step: int | None = None
+    history: list[tuple[int, int]] = field(default_factory=list)  # (seq, step) of recent bests
+
+    def at(self, seq: int) -> int | None:
+        """Step of the best as it stood when record ``seq`` arrived."""
+        i = bisect.bisect_right(self.history, (seq, float("inf"))) - 1
+        return self.history[i][1] if i >= 0 else None
 
     def update(self, col: Column) -> list[tuple[int, str]]:
         out = []
@@ -44,6 +52,7 @@ class BestTracker:
             if self.value is None or sign * (v - self.value) > 0:
                 prev = "" if self.value is None else f" (previous best {self.value:.4g} at step {self.step})"
                 self.value, self.step = v, int(col.steps[j])
+                self.history = (self.history + [(int(col.seq[j]), self.step)])[-256:]
                 out.append((j, f"{self.metric} reached a new best {v:.4g}{prev}: keep this checkpoint"))
         return out
 
@@ -147,7 +156,11 @@ class Watchdog:
             seq, vals = np.concatenate([seq, col.seq]), np.concatenate([vals, col.values])
         return seq, vals, rec.max_seen
 
-    def _companion(self, rule: Rule, col: Column, cols: dict[str, Column]) -> np.ndarray | None:
+    def _companion(self, rule: Rule, col: Column, cols: dict[str, Column]):
+        """(mean, standard error) of the companion's last ``smooth`` values as of each sample.
+
+        The standard error comes from the companion's own noise: the robust sigma of its
+        consecutive differences over its last 50 values (0 while there are fewer than 3)."""
         comp = rule.params.get("with_metric")
         if not comp:
             return None
@@ -155,13 +168,19 @@ class Watchdog:
         smooth = int(rule.params.get("smooth", 5))
         finite = np.isfinite(vals)
         seq, vals = seq[finite], vals[finite]
+        n = len(col.values)
         if len(vals) == 0:
-            return np.full(len(col.values), np.nan)
-        cs = np.concatenate([[0.0], np.cumsum(vals)])
-        idx = np.arange(1, len(vals) + 1)
-        lo = np.maximum(idx - smooth, 0)
-        means = (cs[idx] - cs[lo]) / (idx - lo)
-        return as_of(col.seq, seq, means)
+            return np.full(n, np.nan), np.zeros(n)
+        pos = np.searchsorted(seq, col.seq, side="right") - 1
+        mean, se = np.full(n, np.nan), np.zeros(n)
+        for j, p in enumerate(pos.tolist()):  # evaluations are sparse: a loop is cheap
+            if p < 0:
+                continue
+            window = vals[max(0, p - smooth + 1): p + 1]
+            mean[j] = window.mean()
+            sigma = robust_sigma_of_diffs(vals[max(0, p - 49): p + 1])
+            se[j] = 0.0 if np.isnan(sigma) else sigma / np.sqrt(len(window))
+        return mean, se
 
     def _guards(self, rule: Rule, col: Column, cols: dict[str, Column]) -> np.ndarray:
         series = {g.metric: self._series(g.metric, cols) for g in rule.guards}
@@ -170,7 +189,7 @@ class Watchdog:
     def _alert(self, rule: Rule, metric: str, col: Column, ev) -> Alert:
         j = ev.index
         value = float(col.values[j])
-        ckpt = self.best.step if (rule.action == Action.STOP and self.best is not None) else None
+        ckpt = self.best.at(int(col.seq[j])) if (rule.action == Action.STOP and self.best is not None) else None
         msg = ev.message
         if ev.firing and rule.action == Action.STOP:
             msg += f"; stop the run" + (f" and keep the step-{ckpt} checkpoint (best {self.best.metric})"
@@ -208,7 +227,7 @@ class Watchdog:
             "sources": self.naming.source, "duplicates": self.duplicates, "summaries": self.summaries,
             "instances": {k: i.state_dict() for k, i in self.instances.items()},
             "recent": {k: r.to_dict() for k, r in self.recent.items()},
-            "best": None if self.best is None else vars(self.best).copy(),
+            "best": None if self.best is None else {**vars(self.best), "history": list(self.best.history)},
             "alerts": [a.to_dict() for a in self.alerts[-1000:]],
             "stop": None if self.stop_decision is None else self.stop_decision.to_dict(),
             "prev": None if self._prev is None else [self._prev.step, self._prev.metrics],
@@ -229,7 +248,12 @@ class Watchdog:
                 inst = self.instances[key] = RuleInstance(rule, metric)
                 inst.load_state_dict(st)
             self.recent = {k: Recent.from_dict(v) for k, v in s["recent"].items()}
-            self.best = BestTracker(**s["best"]) if s["best"] else None
+            if s["best"]:
+                b = dict(s["best"])
+                b["history"] = [tuple(h) for h in b.get("history", [])]
+                self.best = BestTracker(**b)
+            else:
+                self.best = None
             self.alerts = [Alert.from_dict(a) for a in s["alerts"]]
             if s.get("stop"):
                 st = s["stop"]

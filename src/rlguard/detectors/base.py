@@ -33,14 +33,16 @@ class Params(BaseModel):
 class Chunk:
     """New samples of one metric. ``quantum`` is the printed resolution (0 when exact).
 
-    ``other`` is, for two-metric detectors, the companion metric's smoothed value as of each
-    sample (NaN where it was not logged yet).
+    ``other`` is, for two-metric detectors, the companion metric's smoothed value (mean of its
+    last few samples) as of each sample (NaN where it was not logged yet), and ``other_se`` the
+    standard error of that mean (0 when it rests on one sample).
     """
 
     steps: np.ndarray
     values: np.ndarray
     quantum: float = 0.0
     other: np.ndarray | None = None
+    other_se: np.ndarray | None = None
 
 
 @dataclass(slots=True)

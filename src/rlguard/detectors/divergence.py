@@ -5,7 +5,9 @@ smoothed training value at that moment. It fires when the validation value has s
 its best for ``min_evals_above_best`` evaluations in a row, the latest is above the best by
 more than the noise allows (``min_rise`` of the best, or ``noise_k`` sigmas of the eval-to-eval
 noise once there are enough evaluations to estimate it), and the training value has fallen
-since the best: the model is fitting the training data and losing the held-out data.
+since the best by more than ``min_fall`` of its level and ``fall_k`` standard errors of the
+smoothed training values (so a training loss that only wanders around zero, as GRPO's does,
+never counts as falling): the model is fitting the training data and losing the held-out data.
 """
 from __future__ import annotations
 
@@ -27,24 +29,29 @@ class Divergence(Detector):
         min_rise: float = Field(0.01, ge=0, description="rise above best, relative to |best|")
         noise_k: float = Field(3.0, ge=0, description="rise must also exceed k eval-noise sigmas")
         min_fall: float = Field(0.0, ge=0, description="companion fall since the best, relative")
+        fall_k: float = Field(3.0, ge=0, description="companion fall in standard errors of its smoothed value")
 
     def __init__(self, params) -> None:
         super().__init__(params)
         self.best: float | None = None
         self.best_step = -1
         self.other_at_best = float("nan")
+        self.se_at_best = 0.0
         self.above = 0
         self.hist: list[float] = []
 
     def scan(self, chunk: Chunk) -> Scan:  # evaluations are sparse: a plain loop is cheap
         p, n = self.p, len(chunk.values)
         other = chunk.other if chunk.other is not None else np.full(n, np.nan)
+        other_se = chunk.other_se if chunk.other_se is not None else np.zeros(n)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         rise, ref, ref_step = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
-        for j, (s, v, o) in enumerate(zip(chunk.steps.tolist(), chunk.values.tolist(), other.tolist())):
+        rows = zip(chunk.steps.tolist(), chunk.values.tolist(), other.tolist(), other_se.tolist())
+        for j, (s, v, o, se) in enumerate(rows):
             self.hist = (self.hist + [v])[-50:]
             if self.best is None or v < self.best:
-                self.best, self.best_step, self.other_at_best, self.above = v, s, o, 0
+                self.best, self.best_step, self.above = v, s, 0
+                self.other_at_best, self.se_at_best = o, se
             elif v > self.best:
                 self.above += 1
             margin = p.min_rise * abs(self.best)
@@ -53,7 +60,8 @@ class Divergence(Detector):
             rise[j], ref[j], ref_step[j] = v - self.best, self.best, self.best_step
             if np.isnan(o) or np.isnan(self.other_at_best):
                 continue
-            fell = o < self.other_at_best - p.min_fall * abs(self.other_at_best)
+            need = max(p.min_fall * abs(self.other_at_best), p.fall_k * float(np.hypot(se, self.se_at_best)))
+            fell = o < self.other_at_best - need
             verdict[j] = self.above >= p.min_evals_above_best and rise[j] > margin + chunk.quantum and fell
         return Scan(verdict, rise, ref, ref_step)
 
@@ -66,10 +74,12 @@ class Divergence(Detector):
     def state_dict(self):
         return {"best": self.best, "best_step": self.best_step, "above": self.above,
                 "other_at_best": None if np.isnan(self.other_at_best) else self.other_at_best,
+                "se_at_best": self.se_at_best,
                 "hist": self.hist}
 
     def load_state_dict(self, s):
         self.best, self.best_step, self.above = s.get("best"), int(s.get("best_step", -1)), int(s.get("above", 0))
         o = s.get("other_at_best")
         self.other_at_best = float("nan") if o is None else float(o)
+        self.se_at_best = float(s.get("se_at_best", 0.0))
         self.hist = list(s.get("hist", []))

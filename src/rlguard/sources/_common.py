@@ -41,13 +41,16 @@ def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
     """The first ``size`` bytes of the (decompressed) file (fewer if a gzip stream is cut)."""
     chunks: list[bytes] = []
     got = 0
-    with open_binary(path) as f, reading(path, ReadStats()):
+    stats = ReadStats()
+    with open_binary(path) as f, reading(path, stats):
         while got < size:
             chunk = f.read(min(8192, size - got))
             if not chunk:
                 break
             chunks.append(chunk)
             got += len(chunk)
+    if not chunks and stats.warnings:
+        raise LogFormatError(stats.warnings[0], path=str(path))
     return b"".join(chunks)
 
 
@@ -108,19 +111,6 @@ def str_number(text: str) -> float | None:
         return float(text)
     except ValueError:
         return None
-
-
-def decimals_quantum(text: str) -> float | None:
-    """The printed quantum of a plain decimal (``"0.000"`` -> 0.001), None if exact-looking.
-
-    Values without a decimal point, in exponent notation or with 10 or more decimals (a full
-    ``repr``) are taken as exact.
-    """
-    dot = text.find(".")
-    if dot < 0 or "e" in text or "E" in text:
-        return None
-    decimals = len(text) - dot - 1
-    return QUANTUM[decimals] if 0 < decimals < 10 else None
 
 
 def json_metric(key: str, value: object, metrics: dict[str, float], stats: ReadStats,

@@ -68,6 +68,9 @@ class CsvReader(Reader):
         self.stats = stats = ReadStats()
         with open_binary(path) as f, reading(path, stats):
             yield from _rows(_TextLines(f, stats), stats, str(path))
+        if stats.records == 0 and stats.bad_lines:
+            raise LogFormatError(f"no usable row; first bad line: {stats.first_bad_reason}",
+                                 path=str(path), line=stats.first_bad_line)
 
 
 class _TextLines:
@@ -91,10 +94,7 @@ def _rows(lines: _TextLines, stats: ReadStats, path: str) -> Iterator[LogRecord]
         return
     stats.skipped_lines = stats.lines - 1  # blank lines before the header
     delim = _delimiter(first)
-    try:
-        names = [n.strip() for n in next(csv.reader([first.lstrip("\ufeff")], delimiter=delim))]
-    except csv.Error as exc:
-        raise LogFormatError(f"unreadable CSV header: {exc}", path=path, line=stats.lines) from None
+    names = _header(first, delim, path, stats.lines)
     step_col = _step_column(names)
     columns = [(i, n) for i, n in enumerate(names) if n and i != step_col]
     reader = csv.reader(it, delimiter=delim)
@@ -115,13 +115,14 @@ def _rows(lines: _TextLines, stats: ReadStats, path: str) -> Iterator[LogRecord]
         if len(row) < len(names) and not lines.terminated:
             note_bad(stats, lineno, "truncated last line (no newline at end of file)")
             continue
+        bad_before = stats.bad_values
         metrics = _cells(row, columns, lineno, stats)
+        if not metrics and stats.bad_values > bad_before:  # junk, not a row of the table
+            note_bad(stats, lineno, "no number in this row")
+            continue
         step = None
         if step_col is not None and step_col < len(row) and row[step_col].strip():
-            step = to_step(row[step_col].strip())
-            if step is None:
-                note_bad(stats, lineno, f"{names[step_col]} is not an integer: "
-                         f"{short(row[step_col])}", value=True)
+            step = _step_cell(row[step_col], names[step_col], lineno, stats)
         if step is not None:
             seen_step = True
         elif seen_step:
@@ -132,6 +133,20 @@ def _rows(lines: _TextLines, stats: ReadStats, path: str) -> Iterator[LogRecord]
         prev = step
         stats.records += 1
         yield LogRecord(step, metrics, lineno)
+
+
+def _header(line: str, delim: str, path: str, lineno: int) -> list[str]:
+    try:
+        return [n.strip() for n in next(csv.reader([line.lstrip("\ufeff")], delimiter=delim))]
+    except csv.Error as exc:
+        raise LogFormatError(f"unreadable CSV header: {exc}", path=path, line=lineno) from None
+
+
+def _step_cell(cell: str, name: str, lineno: int, stats: ReadStats) -> int | None:
+    step = to_step(cell.strip())
+    if step is None:
+        note_bad(stats, lineno, f"{name} is not an integer: {short(cell)}", value=True)
+    return step
 
 
 def _cells(row: list[str], columns: list[tuple[int, str]], lineno: int,

@@ -153,6 +153,8 @@ def _values(items: list[Any]) -> Iterator[tuple[str, object]]:
             yield item
             continue
         key = item.group(1) if item.group(1) is not None else item.group(2)
+        if "\\" in key:
+            key = _unescape(key)
         number = item.group(3) or item.group(7)
         if number is not None:
             yield key, float(number)
@@ -160,6 +162,11 @@ def _values(items: list[Any]) -> Iterator[tuple[str, object]]:
             yield key, item.group(4) if item.group(4) is not None else item.group(5)
         else:
             yield key, _SKIPPED  # None (missing), True/False
+
+
+def _unescape(key: str) -> str:
+    """Undo the escapes ``repr`` puts in a key (``\\'``, ``\\\\``...), leniently."""
+    return re.sub(r"\\(.)", r"\1", key)
 
 
 def _dicts(text: str) -> Iterator[tuple[list[Any], str | None]]:
@@ -189,7 +196,7 @@ def _parse_dict(text: str, pos: int) -> tuple[list[Any], int, str | None]:
         end = _skip_value(text, key.end()) if key else -1
         if key is None or end < 0:
             return items, pos, f"cannot read a 'key': value pair at {short(text[pos:pos + 40])}"
-        items.append((key.group(1) or key.group(2) or "", _SKIPPED))
+        items.append((_unescape(key.group(1) or key.group(2) or ""), _SKIPPED))
         pos = end + 1
         if text[end] == "}":
             return items, pos, None
@@ -239,4 +246,4 @@ def _printed_quantum(text: str, value: float) -> float | None:
     except ValueError:
         return None
     sig4 = math.floor(math.log10(abs(value))) - 3
-    return float(f"1e{min(last, sig4)}")
+    return float(f"1e{min(last, sig4)}") or None  # 0.0 below the smallest float: exact

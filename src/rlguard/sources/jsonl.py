@@ -36,6 +36,7 @@ except ImportError:  # pragma: no cover
     fast_loads = json.loads
 
 _NAN = float("nan")
+_FLOAT_ONLY = {float}
 
 
 def slow_loads(raw: bytes, line: int, stats: ReadStats) -> Any:
@@ -92,8 +93,12 @@ class JsonlReader(Reader):
 
     @staticmethod
     def _scan(f: IO[bytes], stats: ReadStats) -> Iterator[LogRecord]:
-        """The hot loop: one parse per line, one pass over the values, nothing else."""
-        loads, step_keys, nan = fast_loads, STEP_KEYS, _NAN
+        """The hot loop: one parse per line, one C-level type check of the values.
+
+        The parsed dict itself becomes ``metrics`` (after popping the step key) when all its
+        values are floats; only records with other value types go through :func:`clean`.
+        """
+        loads, step_keys, float_only = fast_loads, STEP_KEYS, _FLOAT_ONLY
         lineno = nrec = counter = prev = 0
         seen_step = False
         try:
@@ -107,24 +112,17 @@ class JsonlReader(Reader):
                 if obj.__class__ is not dict:
                     note_bad(stats, lineno, f"not a JSON object: {short(obj)}")
                     continue
-                metrics = {}
-                for key, value in obj.items():
-                    cls = value.__class__
-                    if cls is float:
-                        metrics[key] = value
-                    elif cls is int:
-                        metrics[key] = float(value)
-                    else:
-                        json_metric(key, value, metrics, stats, lineno, nan)
                 step = None
                 for key in step_keys:
                     if key in obj:
-                        metrics.pop(key, None)
-                        step = to_step(obj[key])
+                        value = obj.pop(key)
+                        step = value if value.__class__ is int else to_step(value)
                         if step is None:
-                            note_bad(stats, lineno, f"{key} is not an integer: "
-                                     f"{short(obj[key])}", value=True)
+                            note_bad(stats, lineno, f"{key} is not an integer: {short(value)}",
+                                     value=True)
                         break
+                if set(map(type, obj.values())) != float_only:
+                    obj = clean(obj, stats, lineno)
                 if step is not None:
                     seen_step = True
                 elif seen_step:
@@ -134,6 +132,20 @@ class JsonlReader(Reader):
                     step = counter
                 prev = step
                 nrec += 1
-                yield LogRecord(step, metrics, lineno)
+                yield LogRecord(step, obj, lineno)
         finally:
             stats.lines, stats.records = lineno, nrec
+
+
+def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:
+    """The metrics of a JSON object that holds more than floats (see the module rules)."""
+    metrics: dict[str, float] = {}
+    for key, value in obj.items():
+        cls = value.__class__
+        if cls is float:
+            metrics[key] = value
+        elif cls is int:
+            metrics[key] = float(value)
+        else:
+            json_metric(key, value, metrics, stats, line, _NAN)
+    return metrics

@@ -34,7 +34,7 @@ from ._common import json_metric, note_bad, open_binary, reading, short, to_step
 from ..errors import LogFormatError
 
 _WS = re.compile(r"[ \t\r\n]*")
-_SNIFF = re.compile(r'^\s*\{[^\[\]]*?"log_history"\s*:\s*\[', re.DOTALL)
+_SNIFF = re.compile(r'"log_history"\s*:\s*\[')
 _DECODER = json.JSONDecoder()
 
 
@@ -47,7 +47,7 @@ class TrainerStateReader(Reader):
     @classmethod
     def sniff(cls, head: str, path: str) -> bool:
         """A JSON object whose ``log_history`` list starts in the first KBs."""
-        return _SNIFF.match(head.lstrip("\ufeff")) is not None
+        return head.lstrip("\ufeff \t\r\n").startswith("{") and _SNIFF.search(head) is not None
 
     def records(self, path: str) -> Iterator[LogRecord]:
         """Yield one record per ``log_history`` entry, in file order."""

@@ -27,7 +27,7 @@ from ._common import QUANTUM, note_bad, open_binary, reading, short, to_step
 _SNIFF = re.compile(r"(?:^|[\s)\]])step:\s*-?\d+ - [^\s:]+:\S", re.MULTILINE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-_BOUNDARY = " )]\t"
+_BOUNDARY = b" )]\t"  # what may precede a record's "step:"
 _IGNORED = ("True", "False")
 
 
@@ -64,7 +64,7 @@ class VerlConsoleReader(Reader):
 def _find_step(raw: bytes) -> int:
     """Offset of a ``step:`` that starts a record (at line start or after a space/bracket)."""
     pos = raw.find(b"step:")
-    while pos > 0 and raw[pos - 1] not in b" )]\t":
+    while pos > 0 and raw[pos - 1] not in _BOUNDARY:
         pos = raw.find(b"step:", pos + 5)
     return pos
 
@@ -151,12 +151,12 @@ def _looks_cut(parts: list[str]) -> bool:
     """
     if len(parts) < 2:
         return True
-    key, sep, value = parts[-1].partition(":")
+    _, sep, value = parts[-1].partition(":")
     value = value.strip()
-    probe: dict[str, float] = {}
-    if not sep or not value or not _store("x", value, probe, {}):
+    if not sep or not value or not _store("x", value, {}, {}):
         return True
-    decimals = {len(v) - v.find(".") - 1 for v in (p.partition(":")[2].strip() for p in parts[1:-1])
+    others = (p.partition(":")[2].strip() for p in parts[1:-1])
+    decimals = {len(v) - v.find(".") - 1 for v in others
                 if "." in v and v.replace(".", "").replace("-", "").isdigit()}
     if len(decimals) != 1 or "." not in value:
         return False

@@ -14,10 +14,10 @@ import re
 from typing import IO, Iterator
 
 from .base import LogRecord, ReadStats, Reader
-from ._common import json_metric, note_bad, open_binary, reading, short, to_step
-from .jsonl import fast_loads, no_record_error, slow_loads
+from ._common import note_bad, open_binary, reading, short, to_step
+from .jsonl import clean, fast_loads, no_record_error, slow_loads
 
-_NAN = float("nan")
+_FLOAT_ONLY = {float}
 #: the start of a verl file-logger line, for a first line longer than the sniffed head
 _PREFIX = re.compile(r'\s*\{\s*"step"\s*:\s*-?\d+(?:\.0)?\s*,\s*"data"\s*:\s*\{')
 
@@ -60,12 +60,8 @@ def _scan(f: IO[bytes], stats: ReadStats) -> Iterator[LogRecord]:
             if data.__class__ is not dict:
                 note_bad(stats, lineno, f"not a verl record (no 'data' object): {short(obj)}")
                 continue
-            metrics: dict[str, float] = {}
-            for key, value in data.items():
-                if value.__class__ is float:
-                    metrics[key] = value
-                else:
-                    json_metric(key, value, metrics, stats, lineno, _NAN)
+            metrics = data if set(map(type, data.values())) == _FLOAT_ONLY else \
+                clean(data, stats, lineno)
             step = to_step(obj.get("step"))
             if step is None:
                 if "step" in obj:
