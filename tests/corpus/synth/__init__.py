@@ -1,0 +1,1 @@
+"""Building blocks of the synthetic corpus: signal shapes, healthy runs, faults, writers."""
