@@ -85,6 +85,8 @@ def note_bad(stats: ReadStats, line: int, reason: str, *, value: bool = False,
 
 def short(value: object, limit: int = 60) -> str:
     """``repr`` of a value cut to ``limit`` characters, for messages."""
+    if isinstance(value, (str, bytes)) and len(value) > limit:
+        value = value[:limit]  # no 10 MB repr for a 10 MB string
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
