@@ -18,7 +18,7 @@ from typing import Sequence
 from .alerts import Severity
 from .errors import InputError, RLGuardError
 
-CHUNK = 50_000  # records per watchdog chunk: bounded memory, same results as one chunk
+CHUNK = 20_000  # records per watchdog chunk: bounded memory, same results as one chunk
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -71,42 +71,64 @@ def _is_pattern(name: str) -> bool:
     return any(c in name for c in "*?[")
 
 
-def columnize(records: list[LogRecord], naming: Naming, seq0: int) -> dict[str, Column]:
-    """Columns of the chunk, keyed by output name (canonical where known, else raw)."""
+@dataclass
+class Chunked:
+    """Columns of a chunk, plus what was left out of it and why."""
+
+    columns: dict[str, Column]
+    summaries: int = 0  # end-of-training summary records skipped
+    duplicates: int = 0  # records identical to the one before (two ranks, a re-read)
+    last: LogRecord | None = None  # last record kept, for duplicate checks across chunks
+
+
+def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogRecord | None = None,
+              summary_markers: frozenset[str] = frozenset()) -> Chunked:
+    """Columns of the chunk, keyed by output name (canonical where known, else raw).
+
+    Records are grouped by key set; a group whose keys include a summary marker is skipped,
+    and a record equal to the one before it (same step, same metrics) is dropped.
+    """
+    n = len(records)
+    steps_all = np.fromiter((r.step for r in records), dtype=np.int64, count=n)
+    drop = _duplicates(records, steps_all, prev)
     keys: set[str] = set()
     groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    quanta: dict[str, float] = {}
     for i, rec in enumerate(records):
-        m = rec.metrics
-        kt = tuple(m)
-        groups[kt].append(i)
-        if rec.resolution:
-            for k, q in rec.resolution.items():
-                if q > quanta.get(k, 0.0):
-                    quanta[k] = q
-    for kt in groups:
+        groups[tuple(rec.metrics)].append(i)
+    quanta = _quanta(records)
+    out = Chunked({}, duplicates=len(drop))
+    for kt in list(groups):
+        if not kt or (summary_markers and not summary_markers.isdisjoint(kt)):
+            if kt:
+                out.summaries += len(groups[kt])
+            del groups[kt]
+            continue
         keys.update(kt)
+        if drop:
+            groups[kt] = [i for i in groups[kt] if i not in drop]
     naming.choose(keys)
     parts: dict[str, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
     q_out: dict[str, float] = {}
+    last_index = -1
     for kt, idxs in groups.items():
+        if not idxs:
+            continue
+        last_index = max(last_index, idxs[-1])
         flat = chain.from_iterable(records[i].metrics.values() for i in idxs)
         mat = np.fromiter(flat, dtype=float, count=len(idxs) * len(kt)).reshape(len(idxs), len(kt))
         idx = np.asarray(idxs, dtype=np.int64)
         by_name: dict[str, list[int]] = defaultdict(list)
         for c, raw in enumerate(kt):
-            out = naming.name(raw)
-            if out is not None:
-                by_name[out].append(c)
+            name = naming.name(raw)
+            if name is not None:
+                by_name[name].append(c)
                 if raw in quanta:
-                    q_out[out] = max(q_out.get(out, 0.0), quanta[raw])
-        for out, cols in by_name.items():
+                    q_out[name] = max(q_out.get(name, 0.0), quanta[raw])
+        for name, cols in by_name.items():
             vals = mat[:, cols[0]] if len(cols) == 1 else mat[:, cols].mean(axis=1)
-            parts[out].append((idx, vals))
-    steps_all = np.fromiter((r.step for r in records), dtype=np.int64, count=len(records))
-    lines_all = np.fromiter((r.line for r in records), dtype=np.int64, count=len(records))
-    result: dict[str, Column] = {}
-    for out, plist in parts.items():
+            parts[name].append((idx, vals))
+    lines_all = np.fromiter((r.line for r in records), dtype=np.int64, count=n)
+    for name, plist in parts.items():
         if len(plist) == 1:
             idx, vals = plist[0]
         else:
@@ -114,8 +136,32 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int) -> dict[str, 
             vals = np.concatenate([p[1] for p in plist])
             order = np.argsort(idx, kind="stable")
             idx, vals = idx[order], vals[order]
-        result[out] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(out, 0.0))
-    return result
+        out.columns[name] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(name, 0.0))
+    out.last = records[last_index] if last_index >= 0 else prev
+    return out
+
+
+def _duplicates(records: list[LogRecord], steps: np.ndarray, prev: LogRecord | None) -> set[int]:
+    """Indices of records equal to the record before them (checked only where steps repeat)."""
+    drop: set[int] = set()
+    same = np.flatnonzero(steps[1:] == steps[:-1]) + 1 if len(steps) > 1 else np.array([], dtype=np.int64)
+    if prev is not None and len(records) and prev.step == records[0].step:
+        same = np.concatenate([[0], same])
+    for i in same.tolist():
+        before = records[i - 1] if i > 0 else prev
+        if before is not None and before.metrics == records[i].metrics:
+            drop.add(i)
+    return drop
+
+
+def _quanta(records: list[LogRecord]) -> dict[str, float]:
+    quanta: dict[str, float] = {}
+    for rec in records:
+        if rec.resolution:
+            for k, q in rec.resolution.items():
+                if q > quanta.get(k, 0.0):
+                    quanta[k] = q
+    return quanta
 
 
 @dataclass

@@ -93,13 +93,19 @@ class Watchdog:
 
     def ingest(self, records: Iterable[LogRecord]) -> list[Decision]:
         """Feed a chunk of records in arrival order; return the decisions, in order."""
-        recs = self._clean(records)
+        recs = records if isinstance(records, list) else list(records)
         if not recs:
             return []
-        if self.first_step is None:
-            self.first_step = recs[0].step
-        cols = columnize(recs, self.naming, self.seq)
+        chunk = columnize(recs, self.naming, self.seq, self._prev, self.vocab.summary_markers)
         self.seq += len(recs)
+        self.summaries += chunk.summaries
+        self.duplicates += chunk.duplicates
+        self._prev = chunk.last
+        cols = chunk.columns
+        if not cols:
+            return []
+        if self.first_step is None:
+            self.first_step = int(min(int(c.steps[0]) for c in cols.values()))
         pending: list[tuple[int, int, Decision]] = []
         self._track_best(cols, pending)
         for name, col in cols.items():
@@ -113,22 +119,6 @@ class Watchdog:
             if d.action is Action.STOP and self.stop_decision is None:
                 self.stop_decision = d
         return decisions
-
-    def _clean(self, records: Iterable[LogRecord]) -> list[LogRecord]:
-        out = []
-        markers = self.vocab.summary_markers
-        for rec in records:
-            if markers and not markers.isdisjoint(rec.metrics):
-                self.summaries += 1
-                continue
-            prev = self._prev
-            if prev is not None and prev.step == rec.step and prev.metrics == rec.metrics:
-                self.duplicates += 1  # the same record printed twice (two ranks, a re-read)
-                continue
-            if rec.metrics:
-                out.append(rec)
-                self._prev = rec
-        return out
 
     # ------------------------------------------------------------------ evaluation
     def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list) -> None:

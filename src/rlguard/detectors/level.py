@@ -7,7 +7,9 @@
   low samples harmless.
 - ``growth``: the recent rolling median is many times the level of a lagged baseline window
   (exponential run-away of grad norm, KL, length). The lag makes slow, healthy drift
-  invisible: only fast growth relative to the recent past counts.
+  invisible: only fast growth relative to the recent past counts. The baseline is recomputed
+  every ``refresh`` samples (counted from the start of the run), which changes nothing that
+  matters and keeps long replays cheap.
 - ``saturation``: the recent rolling median reached a bound that the early level was well
   below (truncation ratio pinned near 1).
 """
@@ -145,25 +147,22 @@ class Growth(_Rolling):
         baseline_window: int = Field(20, ge=3, description="samples in the baseline window")
         min_factor: float = Field(gt=1, description="fires when level >= min_factor * baseline")
         min_value: float = Field(0.0, description="and the level is above this absolute value")
+        refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        keep = p.lag + p.baseline_window + p.window
-        hist, level, first = self._levels(chunk, keep)
+        hist, level, first = self._levels(chunk, p.lag + p.baseline_window + p.window + p.refresh)
         n = len(level)
         off = len(hist) - n  # index in hist of the first new sample
+        absolute = first + np.arange(n)
+        block = absolute - absolute % p.refresh  # samples of a block share one baseline
+        end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
         base = np.full(n, np.nan)
-        for j in range(n):  # baseline medians; n is small online, vectorized below offline
-            if n > 64:
-                break
-            hi = off + j - p.lag
-            if hi - p.baseline_window >= 0:
-                base[j] = np.median(hist[hi - p.baseline_window: hi])
-        if n > 64:
-            med = rolling(hist, p.baseline_window, "median")  # med[i] = median(hist[i-bw+1..i])
-            src = off + np.arange(n) - p.lag - 1
-            valid = src - p.baseline_window + 1 >= 0
-            base[valid] = med[src[valid]]
+        valid = end - p.baseline_window >= 0
+        if valid.any():
+            uniq, inv = np.unique(end[valid], return_inverse=True)
+            view = np.lib.stride_tricks.sliding_window_view(hist, p.baseline_window)
+            base[valid] = np.median(view[uniq - p.baseline_window], axis=1)[inv]
         lower = level - chunk.quantum / 2.0
         ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
         trig = (ratio >= p.min_factor) & (lower > p.min_value)

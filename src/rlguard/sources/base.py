@@ -65,3 +65,14 @@ class Reader(ABC):
     @abstractmethod
     def records(self, path: str) -> Iterator[LogRecord]:
         """Yield records in file order; raise LogFormatError (path, line) if unusable."""
+
+    def batches(self, path: str, size: int = 50_000) -> Iterator[list[LogRecord]]:
+        """The same records, in lists of up to ``size`` (readers may do this faster)."""
+        buf: list[LogRecord] = []
+        for rec in self.records(path):
+            buf.append(rec)
+            if len(buf) >= size:
+                yield buf
+                buf = []
+        if buf:
+            yield buf

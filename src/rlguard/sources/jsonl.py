@@ -101,56 +101,90 @@ class JsonlReader(Reader):
 
     def records(self, path: str) -> Iterator[LogRecord]:
         """Yield one record per JSON object line, in file order."""
+        for batch in self.batches(path):
+            yield from batch
+
+    def batches(self, path: str, size: int = 50_000) -> Iterator[list[LogRecord]]:
+        """Lists of records, built without a generator step per line (the hot path)."""
         self.stats = stats = ReadStats()
         with open_binary(path) as f, reading(path, stats):
-            yield from self._scan(f, stats)
+            yield from _scan(f, stats, size)
         if stats.records == 0 and stats.bad_lines:
             raise no_record_error(path, stats, "a JSON object")
 
-    @staticmethod
-    def _scan(f: IO[bytes], stats: ReadStats) -> Iterator[LogRecord]:
-        """The hot loop: one parse per line, one C-level type check of the values.
 
-        The parsed dict itself becomes ``metrics`` (after popping the step key) when all its
-        values are floats; only records with other value types go through :func:`clean`.
-        """
-        loads, step_keys, float_only = fast_loads, STEP_KEYS, _FLOAT_ONLY
-        lineno = nrec = counter = prev = 0
-        seen_step = False
-        try:
-            for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno used in finally
-                try:
-                    obj = loads(raw)
-                except ValueError:
-                    obj = slow_loads(raw, lineno, stats)
-                    if obj is None:
-                        continue
-                if obj.__class__ is not dict:
-                    note_bad(stats, lineno, f"not a JSON object: {short(obj)}")
+def _scan(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[list[LogRecord]]:
+    """The hot loop: one parse per line, one C-level type check of the values.
+
+    The parsed dict itself becomes ``metrics`` (after popping the step key) when all its
+    values are floats; only records with other value types go through :func:`clean`.
+    """
+    loads, step_keys, float_only, record = fast_loads, STEP_KEYS, _FLOAT_ONLY, LogRecord
+    lineno = nrec = counter = prev = 0
+    seen_step = False
+    batch: list[LogRecord] = []
+    append = batch.append
+    try:
+        for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno used in finally
+            try:
+                obj = loads(raw)
+            except ValueError:
+                obj = slow_loads(raw, lineno, stats)
+                if obj is None:
                     continue
-                step = None
-                for key in step_keys:
-                    if key in obj:
-                        value = obj.pop(key)
-                        step = value if value.__class__ is int else to_step(value)
-                        if step is None:
-                            note_bad(stats, lineno, f"{key} is not an integer: {short(value)}",
-                                     value=True)
-                        break
-                if set(map(type, obj.values())) != float_only:
-                    obj = clean(obj, stats, lineno)
-                if step is not None:
-                    seen_step = True
-                elif seen_step:
-                    step = prev
-                else:
-                    counter += 1
-                    step = counter
-                prev = step
-                nrec += 1
-                yield LogRecord(step, obj, lineno)
-        finally:
+            if obj.__class__ is not dict:
+                note_bad(stats, lineno, f"not a JSON object: {short(obj)}")
+                continue
+            step = obj.pop("step", None)
+            if step is None or step.__class__ is not int:
+                step = _step_of(obj, step, stats, lineno, step_keys)
+            if set(map(type, obj.values())) != float_only:
+                obj = clean(obj, stats, lineno)
+            if step is not None:
+                seen_step = True
+            elif seen_step:
+                step = prev
+            else:
+                counter += 1
+                step = counter
+            prev = step
+            append(record(step, obj, lineno))
+            if len(batch) >= size:
+                nrec += len(batch)
+                yield batch
+                batch = []
+                append = batch.append
+    except Exception:  # a cut-off stream: hand over what was read, then let reading() judge
+        if batch:
+            nrec += len(batch)
             stats.lines, stats.records = lineno, nrec
+            yield batch
+            batch = []
+        raise
+    finally:
+        stats.lines, stats.records = lineno, nrec
+    if batch:
+        nrec += len(batch)
+        stats.lines, stats.records = lineno, nrec
+        yield batch
+
+
+def _step_of(obj: dict[str, Any], popped: Any, stats: ReadStats, lineno: int,
+             step_keys: tuple[str, ...]) -> int | None:
+    """The step of a line whose ``step`` key was absent or not a plain int."""
+    if popped is not None:
+        step = to_step(popped)
+        if step is None:
+            note_bad(stats, lineno, f"step is not an integer: {short(popped)}", value=True)
+        return step
+    for key in step_keys:
+        if key in obj:
+            value = obj.pop(key)
+            step = value if value.__class__ is int else to_step(value)
+            if step is None:
+                note_bad(stats, lineno, f"{key} is not an integer: {short(value)}", value=True)
+            return step
+    return None
 
 
 def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:
