@@ -57,12 +57,18 @@ def test_healthy_exit_zero_and_empty_json(tmp_path):
 
 
 def test_nan_as_null_and_token(tmp_path):
+    """null is NaN in a densely logged metric, "not logged" in a sparse one (an eval every N)."""
+    rows = [f'{{"step": {s}, "train/loss": 0.5, "eval/loss": {1.0 if s % 4 == 1 else "null"}}}' for s in range(1, 9)]
+    rows.append('{"step": 9, "train/loss": null, "eval/loss": 0.9}')
     p = tmp_path / "nan.jsonl"
-    p.write_text('{"step": 1, "train/loss": 0.5}\n{"step": 2, "train/loss": null}\n{"step": 3, "train/loss": NaN}\n')
+    p.write_text("\n".join(rows) + "\n")
     r = check(p, "--format", "json")
     objs = [json.loads(x) for x in r.stdout.splitlines()]
-    assert r.returncode == 1 and objs[0]["kind"] == "nonfinite" and objs[0]["step"] == 2
+    assert r.returncode == 1 and [(o["kind"], o["metric"], o["step"]) for o in objs] == [("nonfinite", "train_loss", 9)]
     assert objs[0]["value"] is None  # JSON has no NaN
+    p.write_text('{"step": 1, "train/loss": 0.5}\n{"step": 2, "train/loss": NaN}\n')
+    objs = [json.loads(x) for x in check(p, "--format", "json").stdout.splitlines()]
+    assert objs[0]["step"] == 2  # a NaN token is always NaN
 
 
 @pytest.mark.parametrize("content,words", [

@@ -564,3 +564,15 @@ def test_jsonl_without_orjson(tmp_path, monkeypatch):
     assert stats.bad_lines == 2 and stats.first_bad_line == 3
     assert "Extra data" in stats.first_bad_reason  # two objects run together on one line
     assert stats.bad_values == 1
+
+
+def test_hf_console_ignores_dicts_that_are_not_trainer_logs(tmp_path):
+    """A transformers warning prints the generation config as a dict: not a training step."""
+    p = tmp_path / "console.log"
+    p.write_text("{'loss': 0.5, 'learning_rate': 1e-06, 'epoch': 0.1}\n"
+                 "UserWarning: generation flags are not valid: {'top_k': 20, 'top_p': 0.95}\n"
+                 "{'loss': 0.4, 'learning_rate': 1e-06, 'epoch': 0.2}\n")
+    records, stats, fmt = read_log(p)
+    assert fmt == "hf_console"
+    assert [r.step for r in records] == [1, 2]
+    assert all("top_k" not in r.metrics for r in records)

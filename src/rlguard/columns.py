@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .sources.base import LogRecord
+from .sources.base import NULL_BITS, LogRecord
 from .vocab import Vocabulary
 
 
@@ -136,9 +136,29 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
             vals = np.concatenate([p[1] for p in plist])
             order = np.argsort(idx, kind="stable")
             idx, vals = idx[order], vals[order]
+        idx, vals = _resolve_nulls(idx, vals)
         out.columns[name] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(name, 0.0))
     out.last = records[last_index] if last_index >= 0 else prev
     return out
+
+
+def _resolve_nulls(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A JSON ``null`` is NaN where the metric is dense (a real value in each of the 3 records
+    just before it) and "not logged" where it is sparse; see ``NULL_NAN``."""
+    if not np.isnan(vals).any():
+        return idx, vals
+    null = vals.view(np.uint64) == NULL_BITS
+    if not null.any():
+        return idx, vals
+    real = idx[~null]
+    at = idx[null]
+    pos = np.searchsorted(real, at)
+    dense = (pos >= 3) & (real[np.maximum(pos - 3, 0)] == at - 3) & (real[np.maximum(pos - 1, 0)] == at - 1)
+    keep = ~null
+    keep[np.flatnonzero(null)[dense]] = True
+    vals = vals.copy()
+    vals[null] = np.nan  # a plain NaN from here on (only the dense ones are kept)
+    return idx[keep], vals[keep]
 
 
 def _duplicates(records: list[LogRecord], steps: np.ndarray, prev: LogRecord | None) -> set[int]:

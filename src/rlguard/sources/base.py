@@ -7,9 +7,18 @@ vocabulary is :mod:`rlguard.vocab`'s job, not the reader's.
 """
 from __future__ import annotations
 
+import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterator
+
+
+#: ``null`` in a JSON log: NaN to a writer that cannot spell NaN, "not logged at this step" to a
+#: W&B-style export. Readers store it as this NaN (a distinct payload, bit-exact through numpy);
+#: the watchdog reads it as NaN where the metric is logged densely (the 3 records before all
+#: have it) and as missing where the metric is sparse (an evaluation every N steps).
+NULL_BITS = 0x7FF8_0000_0000_0A11
+NULL_NAN: float = struct.unpack("<d", struct.pack("<Q", NULL_BITS))[0]
 
 
 @dataclass(slots=True)

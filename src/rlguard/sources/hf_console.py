@@ -94,9 +94,20 @@ def _line_records(raw: bytes, lineno: int, stats: ReadStats,
                 note_bad(stats, lineno, "truncated last line (no newline at end of file)"
                          if cut else f"unparsable dict: {err}", skipped=False)
             continue
-        if not metrics:
+        if not metrics or not _is_log_dict(metrics, explicit):
             continue
         yield LogRecord(_step(metrics, explicit, state), metrics, lineno, resolution)
+
+
+#: Keys that only Trainer.log dicts carry. Other dicts on a console line (a generation config
+#: printed in a warning, ``{'top_k': 20, 'top_p': 0.95}``) are not training steps.
+_LOG_KEYS = frozenset({"epoch", "loss", "learning_rate", "grad_norm", "reward", "train_runtime"})
+
+
+def _is_log_dict(metrics: dict[str, float], explicit: int | None) -> bool:
+    if explicit is not None or not _LOG_KEYS.isdisjoint(metrics):
+        return True
+    return any(k.startswith("eval_") for k in metrics)
 
 
 def _step(metrics: dict[str, float], explicit: int | None, state: dict[str, int]) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any, Callable, Iterator
 
-from .base import LogRecord, ReadStats, Reader
+from .base import NULL_NAN, LogRecord, ReadStats, Reader
 from ._common import STEP_KEYS, json_metric, note_bad, open_binary, reading, short, to_step
 from ..errors import LogFormatError
 
@@ -197,5 +197,5 @@ def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:
         elif cls is int:
             metrics[key] = float(value)
         else:
-            json_metric(key, value, metrics, stats, line, _NAN)
+            json_metric(key, value, metrics, stats, line, NULL_NAN)
     return metrics
