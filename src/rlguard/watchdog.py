@@ -84,6 +84,7 @@ class Watchdog:
         self._prev: LogRecord | None = None
         self._watched = {m for r in self.rules for m in r.metrics}
         self._needed = _needed(self.rules)
+        self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
 
     # ------------------------------------------------------------------ feeding
     def observe(self, step: int, metrics: Mapping[str, float], line: int = 0) -> list[Decision]:
@@ -107,10 +108,13 @@ class Watchdog:
         if self.first_step is None:
             self.first_step = int(min(int(c.steps[0]) for c in cols.values()))
         pending: list[tuple[int, int, Decision]] = []
+        new_alerts: list[tuple[int, int, Alert]] = []
         self._track_best(cols, pending)
         for name, col in cols.items():
             if name in self._watched:
-                self._evaluate_metric(name, col, cols, pending)
+                self._evaluate_metric(name, col, cols, pending, new_alerts)
+        new_alerts.sort(key=lambda t: (t[0], t[1]))  # arrival order, as a live run sees them
+        self.alerts.extend(a for _, _, a in new_alerts)
         for name in self._needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
         pending.sort(key=lambda t: (t[0], t[1]))
@@ -121,7 +125,8 @@ class Watchdog:
         return decisions
 
     # ------------------------------------------------------------------ evaluation
-    def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list) -> None:
+    def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list,
+                         new_alerts: list) -> None:
         for rule in self.rules:
             if name not in rule.metrics:
                 continue
@@ -132,10 +137,10 @@ class Watchdog:
             guards = self._guards(rule, col, cols) if rule.guards else None
             for ev in inst.evaluate(col, self.first_step or 0, companion, guards):
                 alert = self._alert(rule, name, col, ev)
-                self.alerts.append(alert)
+                new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert))
                 if ev.firing:
                     d = Decision(Action(rule.action), alert.step, alert.message, alert, rule.kind.value)
-                    pending.append((int(col.seq[ev.index]), 1, d))
+                    pending.append((int(col.seq[ev.index]), 1 + self._rule_order[rule.id], d))
 
     def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float]:
         rec = self.recent.get(metric) or Recent()

@@ -32,6 +32,7 @@ class Spike(Detector):
         rel_floor: float = Field(0.05, ge=0, description="noise floor as a fraction of |median|")
         direction: Literal["up", "down", "both"] = "up"
         refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
+        min_abs_delta: float = Field(0.0, ge=0, description="and |value - median| at least this")
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -72,6 +73,8 @@ class Spike(Detector):
             trig = np.abs(z) >= p.z
         if p.min_ratio is not None:
             trig &= chunk.values >= p.min_ratio * np.abs(med)
+        if p.min_abs_delta:
+            trig &= np.abs(chunk.values - med) >= p.min_abs_delta
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         self.seen += n
         self.tail = keep_tail(hist, p.window + p.refresh)
