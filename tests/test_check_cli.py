@@ -163,3 +163,22 @@ def test_decisions_flag_prints_best_checkpoints(tmp_path):
     best = [o for o in objs if o["kind"] == "new_best"]
     assert best[-1]["step"] == 45 and r.returncode == 0
     assert not [o for o in objs if o["severity"] == "critical"]
+
+
+def test_run_directory(tmp_path):
+    run = tmp_path / "my-run"
+    (run / "checkpoint-5").mkdir(parents=True)
+    (run / "checkpoint-10").mkdir()
+    state = {"log_history": [{"step": s["step"], **{k.split("/")[-1] if k != "eval/loss" else "eval_loss": v
+                                                     for k, v in s.items() if k != "step"}} for s in SEED004]}
+    (run / "checkpoint-5" / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    (run / "checkpoint-10" / "trainer_state.json").write_text(json.dumps(state))
+    r = check(run, "--format", "json")
+    objs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert r.returncode == 1 and {o["run"] for o in objs} == {"my-run"}, r.stderr
+    r = check(tmp_path / "my-run" / "checkpoint-5" / ".." / "..")
+    assert r.returncode in (1, 2)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = check(empty)
+    assert r.returncode == 2 and "metrics.jsonl" in r.stderr

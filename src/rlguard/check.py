@@ -6,12 +6,13 @@ import sys
 from contextlib import contextmanager
 from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
-from .sources import detect_format, open_reader
+from .sources import detect_format, open_reader, resolve_log
 from .watchdog import Watchdog
 
 
 def run_check(path: str, *, rules, input_format, out_format, baselines, decisions, run, chunk) -> int:
     packs = load_packs(rules)  # rules first: a bad rule file is reported before reading a big log
+    path = resolve_log(path)
     fmt_name = input_format or detect_format(path)
     reader = open_reader(path, fmt_name)
     wd = Watchdog(packs=packs, run=run, baselines=baselines)

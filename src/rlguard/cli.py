@@ -55,7 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="input formats (auto-detected):\n" + "\n".join(
                            f"  {n:14s} {r.summary}" for n, r in READERS.items()))
-    c.add_argument("path", help="log file (trainer_state.json, console log, JSONL, CSV; .gz ok)")
+    c.add_argument("path", help="log file (trainer_state.json, console log, JSONL, CSV; .gz ok) or a run "
+                                "directory (its metrics.jsonl, trainer_state.json, or newest checkpoint-N/)")
     c.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
                    help="rule pack file or folder (repeatable; default: the shipped default pack)")
     c.add_argument("--input-format", choices=sorted(READERS), help="override format detection")
@@ -90,6 +91,8 @@ def _version() -> str:
 
 def run_name(path: str) -> str:
     p = Path(path)
+    if p.is_dir():
+        return p.resolve().name
     stem = p.name.removesuffix(".gz")
     stem = stem.rsplit(".", 1)[0] if "." in stem else stem
     generic = {"trainer_state", "metrics", "log", "train", "output", "stdout", "events", "history"}

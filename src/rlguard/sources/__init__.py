@@ -88,6 +88,34 @@ def detect_format(path: str | os.PathLike[str]) -> str:
                          f"known formats: {_known()}", path=path)
 
 
+#: Files looked for, in order, when a run directory is given instead of a log file.
+RUN_DIR_LOGS = ("metrics.jsonl", "trainer_state.json", "train.log", "log.txt", "output.log")
+
+
+def resolve_log(path: str | os.PathLike[str]) -> str:
+    """``path`` itself for a file; for a run directory, its log: the first of
+    :data:`RUN_DIR_LOGS` found, else the ``trainer_state.json`` of its newest
+    ``checkpoint-N`` folder. Raises LogFormatError saying what was looked for."""
+    path = os.fspath(path)
+    if not os.path.isdir(path):
+        return path
+    for name in RUN_DIR_LOGS:
+        cand = os.path.join(path, name)
+        if os.path.isfile(cand):
+            return cand
+    ckpts = []
+    for entry in os.listdir(path):
+        head, _, num = entry.partition("-")
+        if head == "checkpoint" and num.isdigit():
+            cand = os.path.join(path, entry, "trainer_state.json")
+            if os.path.isfile(cand):
+                ckpts.append((int(num), cand))
+    if ckpts:
+        return max(ckpts)[1]
+    raise LogFormatError("a directory with no training log: looked for "
+                         + ", ".join(RUN_DIR_LOGS) + " and checkpoint-*/trainer_state.json", path=path)
+
+
 def open_reader(path: str | os.PathLike[str], fmt: str | None = None) -> Reader:
     """A fresh reader for ``path``: of format ``fmt``, or detected if ``fmt`` is None/'auto'."""
     path = os.fspath(path)
