@@ -26,7 +26,7 @@ from .alerts import Action, Kind, Severity
 from .detectors import DETECTORS
 from .errors import RuleError
 from .paths import DEFAULT_PACK
-from .yamlpos import error_location, load_yaml_with_positions
+from .yamlpos import load_model
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
 
@@ -148,20 +148,7 @@ class RulePack(BaseModel):
 
 def load_pack(path: str | Path) -> RulePack:
     """Load one rule pack; any problem raises RuleError naming file, line and field."""
-    path = Path(path)
-    data, root = load_yaml_with_positions(path)
-    try:
-        return RulePack.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]
-        line, field = error_location(root, loc)
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "missing":
-            msg = "field required"
-        field = _field_with_rule_id(data, loc, field)
-        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise RuleError(msg + more, path=str(path), line=line, field=field) from None
+    return load_model(path, RulePack, _field_with_rule_id)
 
 
 def _field_with_rule_id(data: Any, loc: list[Any], field: str) -> str:

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .errors import RuleError
 from .paths import RULE_TESTS_DIR
 from .rulespec import load_pack
 from .sources.base import LogRecord
 from .watchdog import Watchdog
-from .yamlpos import error_location, load_yaml_with_positions
+from .yamlpos import load_model
 
 
 class SeriesSpec(BaseModel):
@@ -129,13 +129,7 @@ class Failure:
 
 
 def load_test_file(path: Path) -> TestFile:
-    data, root = load_yaml_with_positions(path)
-    try:
-        return TestFile.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        line, field = error_location(root, err["loc"])
-        raise RuleError(err["msg"], path=str(path), line=line, field=field) from None
+    return load_model(path, TestFile)
 
 
 def run_file(path: Path) -> tuple[int, list[Failure], set[str]]:

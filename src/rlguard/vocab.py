@@ -11,11 +11,10 @@ import fnmatch
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from .errors import RuleError
 from .paths import RULES_DIR
-from .yamlpos import error_location, load_yaml_with_positions
+from .yamlpos import load_model
 
 DEFAULT_ALIASES = RULES_DIR / "aliases.yaml"
 
@@ -36,14 +35,7 @@ class AliasTable(BaseModel):
 
 def load_alias_table(path: str | Path | None = None) -> AliasTable:
     """Read and validate an alias table; errors name the file, line and field."""
-    path = Path(path) if path else DEFAULT_ALIASES
-    data, root = load_yaml_with_positions(path)
-    try:
-        return AliasTable.model_validate(data)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        line, field_name = error_location(root, err["loc"])
-        raise RuleError(err["msg"], path=str(path), line=line, field=field_name) from None
+    return load_model(Path(path) if path else DEFAULT_ALIASES, AliasTable)
 
 
 @dataclass

@@ -5,9 +5,10 @@ Rule text is data: it is loaded with ``yaml.SafeLoader`` only, and never evaluat
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from .errors import RuleError
 
@@ -22,6 +23,28 @@ def load_yaml_with_positions(path: str | Path) -> tuple[Any, yaml.Node | None]:
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleError(f"cannot read: {exc}", path=str(path)) from None
     return parse_yaml_with_positions(text, str(path))
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def load_model(path: str | Path, model: type[M],
+               name_field: Callable[[Any, list[Any], str], str] | None = None) -> M:
+    """Load a YAML file into a pydantic model; the first problem raises RuleError naming the
+    file, the line and the dotted field (``name_field`` may enrich the field, e.g. with an id)."""
+    path = Path(path)
+    data, root = load_yaml_with_positions(path)
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # union tags
+        line, field = error_location(root, loc)
+        msg = "field required" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+        if name_field is not None:
+            field = name_field(data, loc, field)
+        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
+        raise RuleError(msg + more, path=str(path), line=line, field=field) from None
 
 
 def parse_yaml_with_positions(text: str, name: str) -> tuple[Any, yaml.Node | None]:

@@ -92,15 +92,26 @@ def register(cls: type[Detector]) -> type[Detector]:
 
 # ---------------------------------------------------------------- shared numeric helpers
 
+def upper_median(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The median; for an even count, the upper of the two middle values (a real sample, and
+    what a rank filter computes)."""
+    k = x.shape[axis] // 2
+    return np.partition(x, k, axis=axis).take(k, axis=axis)
+
+
 def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) -> np.ndarray:
     """Statistic of the trailing window of ``w`` values ending at each of the ``last``
-    positions of ``x`` (all positions by default); windows are partial at the very start."""
+    positions of ``x`` (all positions by default); windows are partial at the very start.
+
+    ``median`` is :func:`upper_median`. Long inputs (a replayed log) use scipy's C rank filter,
+    short ones (online updates) numpy; both compute exactly the same values.
+    """
     n = len(x)
     last = n if last is None else min(last, n)
     out = np.empty(last)
     if last == 0:
         return out
-    f = np.median if fn == "median" else np.mean
+    f = upper_median if fn == "median" else np.mean
     start = n - last  # first position wanted
     j = 0
     while start + j < min(w - 1, n) and j < last:  # partial windows
@@ -108,8 +119,13 @@ def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) 
         j += 1
     if j < last:
         lo = start + j - w + 1
-        view = np.lib.stride_tricks.sliding_window_view(x[lo:], w)
-        out[j:] = f(view, axis=1)
+        seg = x[lo:]
+        if fn == "median" and len(seg) > 512 and w > 1:
+            from scipy.ndimage import median_filter  # scipy comes with ruptures
+
+            out[j:] = median_filter(seg, size=w, mode="nearest", origin=(w - 1) // 2)[w - 1:]
+        else:
+            out[j:] = f(np.lib.stride_tricks.sliding_window_view(seg, w), axis=1)
     return out
 
 

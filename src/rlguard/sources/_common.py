@@ -134,3 +134,25 @@ def json_metric(key: str, value: object, metrics: dict[str, float], stats: ReadS
             note_bad(stats, line, f"value of {key!r} is not a number: {short(value)}", value=True)
         else:
             metrics[key] = number
+
+
+class StepFill:
+    """Steps for records that carry none: numbered 1, 2, 3... while no record so far had a
+    step; once one had, a record without one gets the previous record's step (W&B-style
+    exports split one step over several lines)."""
+
+    __slots__ = ("seen", "prev", "counter")
+
+    def __init__(self) -> None:
+        self.seen, self.prev, self.counter = False, 0, 0
+
+    def __call__(self, step: int | None) -> int:
+        if step is not None:
+            self.seen = True
+        elif self.seen:
+            step = self.prev
+        else:
+            self.counter += 1
+            step = self.counter
+        self.prev = step
+        return step

@@ -20,7 +20,7 @@ from typing import IO, Iterator
 
 from .base import LogRecord, ReadStats, Reader
 from ..errors import LogFormatError
-from ._common import STEP_KEYS, note_bad, open_binary, reading, short, str_number, to_step
+from ._common import STEP_KEYS, StepFill, note_bad, open_binary, reading, short, str_number, to_step
 
 _SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")
 
@@ -98,8 +98,7 @@ def _rows(lines: _TextLines, stats: ReadStats, path: str) -> Iterator[LogRecord]
     step_col = _step_column(names)
     columns = [(i, n) for i, n in enumerate(names) if n and i != step_col]
     reader = csv.reader(it, delimiter=delim)
-    counter = prev = 0
-    seen_step = False
+    fill = StepFill()
     while True:
         try:
             row = next(reader)
@@ -123,16 +122,8 @@ def _rows(lines: _TextLines, stats: ReadStats, path: str) -> Iterator[LogRecord]
         step = None
         if step_col is not None and step_col < len(row) and row[step_col].strip():
             step = _step_cell(row[step_col], names[step_col], lineno, stats)
-        if step is not None:
-            seen_step = True
-        elif seen_step:
-            step = prev
-        else:
-            counter += 1
-            step = counter
-        prev = step
         stats.records += 1
-        yield LogRecord(step, metrics, lineno)
+        yield LogRecord(fill(step), metrics, lineno)
 
 
 def _header(line: str, delim: str, path: str, lineno: int) -> list[str]:

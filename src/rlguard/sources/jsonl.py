@@ -25,7 +25,7 @@ import json
 from typing import IO, Any, Callable, Iterator
 
 from .base import NULL_NAN, LogRecord, ReadStats, Reader
-from ._common import STEP_KEYS, json_metric, note_bad, open_binary, reading, short, to_step
+from ._common import STEP_KEYS, StepFill, json_metric, note_bad, open_binary, reading, short, to_step
 from ..errors import LogFormatError
 
 _raw_decode = json.JSONDecoder().raw_decode
@@ -120,8 +120,8 @@ def _scan(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[list[LogRecord]
     values are floats; only records with other value types go through :func:`clean`.
     """
     loads, step_keys, float_only, record = fast_loads, STEP_KEYS, _FLOAT_ONLY, LogRecord
-    lineno = nrec = counter = prev = 0
-    seen_step = False
+    lineno = nrec = 0
+    fill = StepFill()
     batch: list[LogRecord] = []
     append = batch.append
     try:
@@ -140,15 +140,7 @@ def _scan(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[list[LogRecord]
                 step = _step_of(obj, step, stats, lineno, step_keys)
             if set(map(type, obj.values())) != float_only:
                 obj = clean(obj, stats, lineno)
-            if step is not None:
-                seen_step = True
-            elif seen_step:
-                step = prev
-            else:
-                counter += 1
-                step = counter
-            prev = step
-            append(record(step, obj, lineno))
+            append(record(fill(step), obj, lineno))
             if len(batch) >= size:
                 nrec += len(batch)
                 yield batch
