@@ -182,3 +182,15 @@ def test_run_directory(tmp_path):
     empty.mkdir()
     r = check(empty)
     assert r.returncode == 2 and "metrics.jsonl" in r.stderr
+
+
+def test_wandb_chart_csv_export(tmp_path):
+    """W&B chart exports name columns '<run> - <metric>' and add __MIN/__MAX envelopes."""
+    p = tmp_path / "wandb_export.csv"
+    rows = ["Step,run-7 - train/reward,run-7 - train/reward__MIN,run-7 - train/reward__MAX,run-7 - train/loss"]
+    rows += [f"{s},0.5,0.4,0.6,{'nan' if s == 30 else 0.1}" for s in range(1, 40)]
+    p.write_text("\n".join(rows) + "\n")
+    r = check(p, "--format", "json")
+    objs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert [(o["kind"], o["metric"], o["step"]) for o in objs] == [("nonfinite", "train_loss", 30)]
+    assert "reward_mean<-run-7 - train/reward" in r.stderr

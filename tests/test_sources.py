@@ -373,6 +373,18 @@ def test_jsonl_reader_speed_vs_stdlib_json(tmp_path):
 
 # ------------------------------------------------------------------------------------- csv
 
+def is_null(v: float) -> bool:
+    import struct
+
+    from rlguard.sources.base import NULL_BITS
+
+    return struct.unpack("<Q", struct.pack("<d", v))[0] == NULL_BITS
+
+
+def real(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if not is_null(v)}
+
+
 def test_csv_empty_cells_nan_and_bad_cells(tmp_path):
     text = ("Step,loss,train/kl,eval/loss,run\n"
             "1,0.5,0.01,,a\n"
@@ -385,10 +397,13 @@ def test_csv_empty_cells_nan_and_bad_cells(tmp_path):
     assert detect_format(path) == "csv"
     records, stats, _ = read_log(path)
     assert steps(records) == [1, 2, 2, 4]
-    assert records[0].metrics == {"loss": 0.5, "train/kl": 0.01}
+    # an empty cell is kept as the "null" NaN: the watchdog reads it as NaN in a densely
+    # logged column and as "not logged" in a sparse one (pandas writes NaN as an empty cell)
+    assert real(records[0].metrics) == {"loss": 0.5, "train/kl": 0.01}
+    assert is_null(records[0].metrics["eval/loss"]) and is_null(records[1].metrics["run"])
     assert math.isnan(records[1].metrics["train/kl"]) and records[1].metrics["eval/loss"] == 0.7
-    assert records[2].metrics == {"loss": 0.3, "train/kl": math.inf, "eval/loss": -math.inf}
-    assert records[3].metrics == {"loss": 0.2}
+    assert real(records[2].metrics) == {"loss": 0.3, "train/kl": math.inf, "eval/loss": -math.inf}
+    assert real(records[3].metrics) == {"loss": 0.2}
     assert [r.line for r in records] == [2, 3, 5, 6]
     assert stats.bad_values == 1 and stats.first_bad_line == 2 and "'run'" in stats.first_bad_reason
     assert stats.bad_lines == 1  # the unterminated, short last row

@@ -54,7 +54,7 @@ class Naming:
                 self._name[raw] = self._resolve(raw)
 
     def _resolve(self, raw: str) -> str | None:
-        if raw in self.vocab.ignored:
+        if self.vocab.is_ignored(raw):
             return None
         hit = self.vocab.lookup(raw)
         if hit is not None:

@@ -38,6 +38,10 @@ def load_alias_table(path: str | Path | None = None) -> AliasTable:
     return load_model(Path(path) if path else DEFAULT_ALIASES, AliasTable)
 
 
+#: W&B chart exports add min/max envelope columns next to each metric: not metrics of the run.
+WANDB_AGGREGATES = ("__MIN", "__MAX")
+
+
 @dataclass
 class Vocabulary:
     """Resolves raw names to canonical ones, remembering its choices for speed."""
@@ -56,6 +60,7 @@ class Vocabulary:
                 else:
                     self._exact.setdefault(alias, (canon, rank))
         self.ignored = frozenset(self.table.ignore)
+        self._ignored_suffixes = WANDB_AGGREGATES
         self.summary_markers = frozenset(self.table.summary_markers)
 
     def lookup(self, raw: str) -> tuple[str, int] | None:
@@ -65,6 +70,8 @@ class Vocabulary:
         except KeyError:
             pass
         hit = self._exact.get(raw)
+        if hit is None and " - " in raw and not raw.endswith(WANDB_AGGREGATES):
+            hit = self._exact.get(raw.rsplit(" - ", 1)[1])  # W&B chart CSV: "<run> - train/loss"
         if hit is None:
             for pattern, canon, rank in self._patterns:
                 if fnmatch.fnmatchcase(raw, pattern):
@@ -72,6 +79,11 @@ class Vocabulary:
                     break
         self._cache[raw] = hit
         return hit
+
+    def is_ignored(self, raw: str) -> bool:
+        """Bookkeeping keys (step, epoch, timestamps) and W&B min/max envelope columns."""
+        return raw in self.ignored or raw.endswith(self._ignored_suffixes) or (
+            " - " in raw and raw.rsplit(" - ", 1)[1] in self.ignored)
 
     def canonical_names(self) -> list[str]:
         return list(self.table.canonical)

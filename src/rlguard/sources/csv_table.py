@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 from typing import IO, Iterator
 
-from .base import LogRecord, ReadStats, Reader
+from .base import NULL_NAN, LogRecord, ReadStats, Reader
 from ..errors import LogFormatError
 from ._common import STEP_KEYS, StepFill, note_bad, open_binary, reading, short, str_number, to_step
 
@@ -148,7 +148,8 @@ def _cells(row: list[str], columns: list[tuple[int, str]], lineno: int,
         if i >= width:
             break
         cell = row[i].strip()
-        if not cell:
+        if not cell:  # pandas writes NaN as an empty cell: NaN if dense, else "not logged"
+            metrics[name] = NULL_NAN
             continue
         try:
             metrics[name] = float(cell)
