@@ -1,6 +1,6 @@
 """Log readers: training logs in, :class:`LogRecord` objects out (file order, raw names).
 
-Six formats, one module each (see their docstrings for what the files look like):
+Seven formats, one module each (see their docstrings for what the files look like):
 
 * ``trainer_state`` - transformers/TRL ``trainer_state.json`` (its ``log_history``)
 * ``verl_jsonl`` - verl file logger, ``{"step": N, "data": {...}}`` per line
@@ -8,6 +8,7 @@ Six formats, one module each (see their docstrings for what the files look like)
 * ``verl_console`` - verl console, ``step:N - key:value - ...``
 * ``hf_console`` - transformers/TRL console, ``{'loss': 0.1, ...}`` among tqdm bars
 * ``csv`` - CSV/TSV table with a header row
+* ``tensorboard`` - TensorBoard event files (scalars), read without TensorFlow
 
 Gzip-compressed files (any name) are read transparently. Usage::
 
@@ -28,13 +29,14 @@ from .jsonl import JsonlReader
 from .trainer_state import TrainerStateReader
 from .verl_console import VerlConsoleReader
 from .verl_jsonl import VerlJsonlReader
+from .tensorboard import TensorBoardReader
 
 __all__ = ["READERS", "LogRecord", "ReadStats", "Reader", "detect_format", "open_reader",
            "read_log"]
 
 #: format name -> reader class, in detection priority order (most specific first)
 READERS: dict[str, type[Reader]] = {cls.name: cls for cls in (
-    TrainerStateReader, VerlJsonlReader, JsonlReader, VerlConsoleReader, HfConsoleReader,
+    TensorBoardReader, TrainerStateReader, VerlJsonlReader, JsonlReader, VerlConsoleReader, HfConsoleReader,
     CsvReader)}
 #: how far detection looks when the first HEAD_BYTES match nothing (long banners, configs)
 _WIDE_HEAD = 1024 * 1024
@@ -95,7 +97,8 @@ RUN_DIR_LOGS = ("metrics.jsonl", "trainer_state.json", "train.log", "log.txt", "
 def resolve_log(path: str | os.PathLike[str]) -> str:
     """``path`` itself for a file; for a run directory, its log: the first of
     :data:`RUN_DIR_LOGS` found, else the ``trainer_state.json`` of its newest
-    ``checkpoint-N`` folder. Raises LogFormatError saying what was looked for."""
+    ``checkpoint-N`` folder, else its newest TensorBoard event file. Raises LogFormatError
+    saying what was looked for."""
     path = os.fspath(path)
     if not os.path.isdir(path):
         return path
@@ -112,8 +115,11 @@ def resolve_log(path: str | os.PathLike[str]) -> str:
                 ckpts.append((int(num), cand))
     if ckpts:
         return max(ckpts)[1]
-    raise LogFormatError("a directory with no training log: looked for "
-                         + ", ".join(RUN_DIR_LOGS) + " and checkpoint-*/trainer_state.json", path=path)
+    events = sorted(e for e in os.listdir(path) if e.startswith("events.out.tfevents."))
+    if events:
+        return os.path.join(path, events[-1])  # the newest: names start with a timestamp
+    raise LogFormatError("a directory with no training log: looked for " + ", ".join(RUN_DIR_LOGS)
+                         + ", checkpoint-*/trainer_state.json and events.out.tfevents.*", path=path)
 
 
 def open_reader(path: str | os.PathLike[str], fmt: str | None = None) -> Reader:

@@ -1,0 +1,66 @@
+"""TensorBoard event files, written by a real writer (tensorboardX, the same format as
+torch.utils.tensorboard), read without TensorFlow."""
+from __future__ import annotations
+
+import json
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from rlguard.sources import detect_format, read_log
+
+tbx = pytest.importorskip("tensorboardX")
+
+
+def write_run(logdir, steps=60, nan_at=None):
+    w = tbx.SummaryWriter(str(logdir))
+    for s in range(1, steps + 1):
+        w.add_scalar("train/loss", float("nan") if s == nan_at else 1.0 / s, s)
+        w.add_scalar("train/learning_rate", 1e-6, s)
+        w.add_scalar("train/grad_norm", 0.5, s)
+        if s % 10 == 0:
+            w.add_scalar("eval/loss", 2.0 - s / 100, s)
+        w.add_histogram("weights", [0.1, 0.2, 0.3], s)  # not a scalar: skipped
+    w.close()
+    return next(logdir.glob("events.out.tfevents.*"))
+
+
+def test_reads_scalars_grouped_by_step(tmp_path):
+    path = write_run(tmp_path)
+    assert detect_format(path) == "tensorboard"
+    records, stats, fmt = read_log(path)
+    assert fmt == "tensorboard" and len(records) == 60
+    assert records[0].step == 1 and records[0].metrics["train/loss"] == pytest.approx(1.0)
+    assert records[9].metrics["eval/loss"] == pytest.approx(1.9)
+    assert "weights" not in records[9].metrics and stats.skipped_lines >= 60
+
+
+def test_check_on_run_directory_with_nan(tmp_path):
+    write_run(tmp_path, nan_at=42)
+    r = subprocess.run([sys.executable, "-m", "rlguard", "check", str(tmp_path), "--format", "json"],
+                       capture_output=True, text=True)
+    objs = [json.loads(x) for x in r.stdout.splitlines()]
+    assert r.returncode == 1 and [(o["kind"], o["step"]) for o in objs] == [("nonfinite", 42)], r.stderr
+
+
+def _field(num, wire, payload: bytes) -> bytes:
+    key = bytes([num << 3 | wire])
+    if wire == 2:
+        return key + bytes([len(payload)]) + payload
+    return key + payload
+
+
+def test_tf2_scalar_tensor_and_truncated_tail(tmp_path):
+    """tf.summary.scalar writes a TensorProto (dtype float, tensor_content); a writer that is
+    still running leaves a cut last record."""
+    tensor = _field(1, 0, b"\x01") + _field(4, 2, struct.pack("<f", 0.25))
+    value = _field(1, 2, b"kl") + _field(8, 2, tensor)
+    event = _field(1, 1, struct.pack("<d", 1.0)) + _field(2, 0, b"\x07") + _field(5, 2, _field(1, 2, value))
+    rec = struct.pack("<Q", len(event)) + b"\0\0\0\0" + event + b"\0\0\0\0"
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(rec + rec[:20])
+    records, stats, fmt = read_log(path)
+    assert fmt == "tensorboard" and [(r.step, r.metrics) for r in records] == [(7, {"kl": 0.25})]
+    assert stats.bad_lines == 1 and "truncated" in stats.first_bad_reason
