@@ -49,7 +49,7 @@ class ChangePoint(Detector):
         hist = extend_tail(self.tail, chunk.values)
         hsteps = np.concatenate([np.asarray(self.tail_steps, dtype=np.int64), chunk.steps])
         n, off = len(chunk.values), len(hist) - len(chunk.values)
-        z = self._screen(hist, off, chunk.quantum)
+        z = self._screen(hist, off, chunk.quantum)  # NaN: too little history
         verdict = np.where(np.isnan(z), UNKNOWN, 0).astype(np.int8)
         stat, ref = np.zeros(n), np.full(n, np.nan)
         ref_step = np.full(n, -1, dtype=np.int64)
@@ -86,7 +86,12 @@ class ChangePoint(Detector):
         mad = (ad[kk + 1 - h] - ad[kk + 2 - 2 * h]) / max(h - 1, 1)  # noise of the 'before' side
         sigma = np.maximum.reduce([0.886 * mad, self.p.rel_floor * np.abs(before),
                                    np.full(len(kk), max(quantum, 1e-12))])
-        z[ok] = (after - before) / (sigma * np.sqrt(2.0 / h))
+        zz = (after - before) / (sigma * np.sqrt(2.0 / h))
+        # a shift too small relative to the level can never be confirmed: do not trip on it
+        # (half the confirmation's bound, as means and medians differ)
+        small = np.abs(after - before) < 0.5 * self.p.min_rel_shift * np.abs(before)
+        zz[small] = 0.0
+        z[ok] = zz
         return z
 
     def _confirm(self, hist: np.ndarray, steps: np.ndarray, quantum: float):
