@@ -25,6 +25,7 @@ class Event:
     index: int  # position in the column chunk
     firing: bool
     message: str
+    ref_step: int | None = None  # the detector's reference step (the best, for ref_is_best ones)
 
 
 @dataclass
@@ -88,7 +89,7 @@ class RuleInstance:
                                                  float(ref[j]), int(ref_step[j]))
                     if need > 1:
                         msg += f" [{need} samples in a row]"
-                    events.append(Event(j, True, msg))
+                    events.append(Event(j, True, msg, int(ref_step[j]) if ref_step[j] >= 0 else None))
             else:
                 self.run = 0
                 if self.firing:

@@ -136,7 +136,7 @@ class Watchdog:
             companion = self._companion(rule, col, cols)
             guards = self._guards(rule, col, cols) if rule.guards else None
             for ev in inst.evaluate(col, self.first_step or 0, companion, guards):
-                alert = self._alert(rule, name, col, ev)
+                alert = self._alert(rule, name, col, ev, inst)
                 new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert))
                 if ev.firing:
                     d = Decision(Action(rule.action), alert.step, alert.message, alert, rule.kind.value)
@@ -181,14 +181,19 @@ class Watchdog:
         series = {g.metric: self._series(g.metric, cols) for g in rule.guards}
         return guard_mask(rule.guards, rule.guard_mode, col.seq, series)
 
-    def _alert(self, rule: Rule, metric: str, col: Column, ev) -> Alert:
+    def _alert(self, rule: Rule, metric: str, col: Column, ev, inst: RuleInstance) -> Alert:
         j = ev.index
         value = float(col.values[j])
-        ckpt = self.best.at(int(col.seq[j])) if (rule.action == Action.STOP and self.best is not None) else None
+        ckpt, best_of = None, None
+        if rule.action == Action.STOP:
+            if inst.detector.ref_is_best and ev.ref_step is not None:
+                ckpt, best_of = ev.ref_step, metric  # the detector tracked this metric's best itself
+            elif self.best is not None:
+                ckpt, best_of = self.best.at(int(col.seq[j])), self.best.metric
         msg = ev.message
         if ev.firing and rule.action == Action.STOP:
-            msg += f"; stop the run" + (f" and keep the step-{ckpt} checkpoint (best {self.best.metric})"
-                                        if ckpt is not None else "")
+            msg += "; stop the run" + (f" and keep the step-{ckpt} checkpoint (best {best_of})"
+                                       if ckpt is not None else "")
         return Alert(run=self.run, rule=rule.id, kind=rule.kind.value, severity=rule.severity.value,
                      action=rule.action.value, step=int(col.steps[j]), metric=metric, value=value,
                      message=msg, status="firing" if ev.firing else "resolved",

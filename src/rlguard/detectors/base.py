@@ -62,6 +62,8 @@ class Detector(ABC):
     wants_nonfinite: ClassVar[bool] = False
     #: name of the params field naming a companion metric, for two-metric detectors
     companion_param: ClassVar[str | None] = None
+    #: True when ``ref_step`` is the step of the metric's best value (the checkpoint to keep)
+    ref_is_best: ClassVar[bool] = False
 
     def __init__(self, params: Params) -> None:
         self.p = params

@@ -17,6 +17,7 @@ from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register, robust_
 @register
 class Patience(Detector):
     name = "patience"
+    ref_is_best = True
 
     class Params(Params):
         mode: Literal["max", "min"]

@@ -20,6 +20,7 @@ from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register, robust_
 @register
 class Divergence(Detector):
     name = "divergence"
+    ref_is_best = True
     companion_param = "with_metric"
 
     class Params(Params):

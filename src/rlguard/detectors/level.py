@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from .base import TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
+from .base import TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling, upper_median
 from .simple import compare
 
 
@@ -148,6 +148,7 @@ class Growth(_Rolling):
         min_factor: float = Field(gt=1, description="fires when level >= min_factor * baseline")
         min_value: float = Field(0.0, description="and the level is above this absolute value")
         refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
+        min_baseline: int = Field(5, ge=1, description="samples the baseline needs (a partial window early in the run)")
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -158,11 +159,14 @@ class Growth(_Rolling):
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
         end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
         base = np.full(n, np.nan)
-        valid = end - p.baseline_window >= 0
-        if valid.any():
-            uniq, inv = np.unique(end[valid], return_inverse=True)
+        full = end - p.baseline_window >= 0
+        if full.any():
+            uniq, inv = np.unique(end[full], return_inverse=True)
             view = np.lib.stride_tricks.sliding_window_view(hist, p.baseline_window)
-            base[valid] = np.median(view[uniq - p.baseline_window], axis=1)[inv]
+            base[full] = upper_median(view[uniq - p.baseline_window], axis=1)[inv]
+        early = ~full & (end >= p.min_baseline)  # the first samples of a run: a partial window
+        for j in np.flatnonzero(early):
+            base[j] = upper_median(hist[: end[j]])
         lower = level - chunk.quantum / 2.0
         ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
         trig = (ratio >= p.min_factor) & (lower > p.min_value)

@@ -1,0 +1,74 @@
+"""``rlguard-train``: the bundled GRPO trainer's command line (also under ``accelerate launch``).
+
+    rlguard-train --output-dir DIR [--config FILE] [--model PATH] [--max-steps N] [--inject FAULT]
+
+Exit status 0 when the run finished or was stopped by rlguard as designed; 2 on a bad
+configuration; 1 on other errors.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import fields
+
+from .config import FAULTS, TrainConfig, help_table
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rlguard-train", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="every config field (YAML --config keys; flags override):\n" + "\n".join(
+                                    f"  {n:18s} {h} (default: {d})" for n, d, h in help_table()))
+    p.add_argument("--output-dir", required=True, help="run directory")
+    p.add_argument("--config", help="YAML file of config fields")
+    p.add_argument("--model", help="local Hugging Face causal LM directory (default: tiny model from a config)")
+    p.add_argument("--max-steps", type=int, help="optimizer steps")
+    p.add_argument("--inject", choices=FAULTS, help="inject a failure that rlguard should stop")
+    p.add_argument("--resume", help="checkpoint directory to resume from")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--rules", action="append", help="rlguard rule pack (repeatable; default pack otherwise)")
+    p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                   help="override any config field, e.g. --set learning_rate=1e-3 (repeatable)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    data = {}
+    if args.config:
+        data.update(vars(TrainConfig.from_yaml(args.config)))
+    for item in args.set:
+        key, sep, raw = item.partition("=")
+        types = {f.name: f.type for f in fields(TrainConfig)}
+        if not sep or key not in types:
+            raise ValueError(f"--set {item!r}: use FIELD=VALUE with a field of: {', '.join(sorted(types))}")
+        import yaml
+
+        data[key] = yaml.safe_load(raw)
+    for name in ("output_dir", "model", "max_steps", "inject", "resume", "seed", "rules"):
+        val = getattr(args, name)
+        if val is not None:
+            data[name] = val
+    if args.no_progress:
+        data["progress"] = False
+    return TrainConfig.from_dict(data)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+    except (ValueError, TypeError, OSError) as exc:
+        print(f"rlguard-train: error: {exc}", file=sys.stderr)
+        return 2
+    from .loop import train
+
+    result = train(cfg)
+    if result["stopped"]:
+        print(f"rlguard stopped the run at step {result['step']} ({result['kind']}): {result['reason']}",
+              file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

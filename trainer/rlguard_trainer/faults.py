@@ -1,0 +1,48 @@
+"""Fault injection: reproduce the seed post-mortems' failures on a real run, so the default
+rules can be seen stopping them. Each fault changes one thing, named after its alert kind."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+import torch
+
+from .config import TrainConfig
+from .task import Example, constant_reward
+
+FAULT_STEP = 30  # where the step-triggered faults (NaN, learning-rate spike) begin
+
+
+@dataclass
+class Faults:
+    kind: str | None = None
+    frozen: bool = False
+
+    @classmethod
+    def for_run(cls, cfg: TrainConfig) -> "Faults":
+        """The faults of ``cfg.inject``; config-level ones are applied to ``cfg`` in place."""
+        f = cls(cfg.inject, frozen=cfg.inject == "kl_low")
+        if cfg.inject == "beta_collapse":  # a KL target range the policy never reaches (seed 004)
+            cfg.kl_adaptive, cfg.kl_target_min, cfg.kl_target_max = True, 1.0, 2.0
+        if cfg.inject == "val_divergence":  # a tiny training set, many epochs, no KL to hold it
+            cfg.train_prompts, cfg.beta, cfg.eval_every = 2, 0.0, 5
+        return f
+
+    def training_set(self, train: list[Example], n: int) -> list[Example]:
+        return train[:n] if n else train
+
+    def reward_fn(self, fn: Callable[[str, str, int], float]) -> Callable[[str, str, int], float]:
+        return constant_reward if self.kind == "reward_variance_collapse" else fn
+
+    def lr_multiplier(self, step: int) -> float:
+        """grad_explosion: the learning rate jumps 300x at FAULT_STEP (a scheduler bug)."""
+        return 300.0 if self.kind == "grad_explosion" and step >= FAULT_STEP else 1.0
+
+    def corrupt_loss(self, loss: torch.Tensor, step: int) -> torch.Tensor:
+        """nonfinite: the loss of FAULT_STEP is NaN (as an fp overflow would make it)."""
+        if self.kind == "nonfinite" and step == FAULT_STEP:
+            return loss * float("nan")
+        return loss
+
+
+__all__ = ["Faults", "FAULT_STEP", "replace"]

@@ -1,0 +1,216 @@
+"""The GRPO driver: read it top to bottom.
+
+What is simplified relative to full GRPO (DeepSeekMath) and TRL's GRPOTrainer:
+- completions come from ``model.generate`` on the training processes (no vLLM server);
+- one reward function per run, and the reference model is the initial policy, never refreshed;
+- the loss is averaged over all completion tokens of the batch (token-level, as DAPO and
+  TRL's default), with no separate per-sequence normalisation option;
+- the KL controller is a target-range one (seed 004, verl's spirit), not Ziegler's
+  proportional controller;
+- the validation loss is the NLL of gold answers on held-out prompts, which this toy task has;
+- the default tiny model gets a few seconds of supervised warm-up on noisy answers before RL,
+  standing in for the SFT stage that real RL fine-tuning starts from.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+
+import torch
+
+from . import checkpoint
+from .config import TrainConfig
+from .faults import Faults
+from .grpo import KLController, group_advantages, grpo_loss, lr_factor, reward_stats
+from .guard import Guard, Verdict
+from .modeling import build_tiny, load_pretrained, warm_start
+from .rollout import generate, gold_nll, sequence_log_probs
+from .task import PromptSampler, all_examples, echo_reward, split
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Run GRPO until ``max_steps`` or until rlguard stops the run; return a short summary."""
+    from accelerate import Accelerator
+    from accelerate.utils import set_seed
+
+    acc = Accelerator(cpu=cfg.cpu or not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
+    out = Path(cfg.output_dir)
+    faults = Faults.for_run(cfg)
+    set_seed(cfg.seed)  # identical initial weights on every rank
+    train_set, held_out = split(all_examples(cfg.max_new_tokens))
+    if cfg.model:
+        tok, model = load_pretrained(cfg.model)
+    else:
+        tok, model = build_tiny(cfg.seed)
+        warm_start(model, tok, train_set, steps=cfg.warm_start_steps, seed=cfg.seed)
+    ref = copy.deepcopy(model).eval().requires_grad_(False).to(acc.device)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.max_steps) * faults.lr_multiplier(s))
+    model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
+
+    train_set = faults.training_set(train_set, cfg.train_prompts)
+    sampler = PromptSampler(train_set, seed=cfg.seed * 1000 + acc.process_index)
+    reward_fn = faults.reward_fn(echo_reward)
+    kl_ctl = KLController(cfg.beta, cfg.kl_adaptive, cfg.kl_target_min, cfg.kl_target_max, cfg.kl_factor,
+                          cfg.beta_min, cfg.beta_max)
+    guard = Guard(acc, out, cfg.rules, run=out.name)
+    start = _resume(cfg, acc, kl_ctl, sampler, guard) if cfg.resume else 0
+    if acc.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "config.yaml").write_text(cfg.to_yaml())
+    bar = _progress(cfg, acc, start)
+    saved: dict[int, str] = {}
+    stopped: Verdict | None = None
+    step = start
+
+    for step in range(start + 1, cfg.max_steps + 1):
+        t0 = time.perf_counter()
+        batch = sampler.next(cfg.prompts_per_step)
+        prompts = [ex.prompt for ex in batch]
+
+        # 1. sample a group of completions per prompt and score them
+        model.eval()
+        roll = generate(acc.unwrap_model(model), tok, prompts, cfg.num_generations, cfg.max_new_tokens,
+                        cfg.temperature, reward_fn)
+        advantages = group_advantages(roll.rewards, cfg.num_generations, cfg.scale_rewards)
+        mask = roll.completion_mask.float()
+
+        # 2. log-probs of the sampling policy and of the reference, fixed for this batch
+        with torch.no_grad():
+            old_logp, _ = sequence_log_probs(model, roll.input_ids, roll.attention_mask, roll.prompt_len)
+            ref_logp, _ = sequence_log_probs(ref, roll.input_ids, roll.attention_mask, roll.prompt_len)
+
+        # 3. several clipped policy-gradient passes over the batch
+        model.train()
+        for _ in range(cfg.num_iterations):
+            logp, ent = sequence_log_probs(model, roll.input_ids, roll.attention_mask, roll.prompt_len,
+                                           with_entropy=True)
+            parts = grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=kl_ctl.beta,
+                              epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, entropy=ent,
+                              entropy_coef=cfg.entropy_coef)
+            loss = faults.corrupt_loss(parts.loss, step)
+            acc.backward(loss)
+            grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            if faults.frozen:
+                optimizer.zero_grad()  # the frozen-policy fault: gradients never reach the weights
+            optimizer.step()
+            optimizer.zero_grad()
+        scheduler.step()
+
+        # 4. metrics, averaged over ranks; the KL controller sees the KL of this step
+        metrics = {
+            "loss": gold_nll(acc.unwrap_model(model), tok, prompts, [ex.answer for ex in batch]),
+            "policy_loss": parts.surrogate, "kl": parts.kl, "beta": kl_ctl.beta, "entropy": parts.entropy,
+            "grad_norm": float(grad_norm), "learning_rate": scheduler.get_last_lr()[0],
+            "clip_ratio/region_mean": parts.clip_ratio,
+            "completions/mean_length": roll.completion_mask.sum(1).float().mean().item(),
+            "completions/clipped_ratio": (roll.completion_mask[:, -1] > 0).float().mean().item(),
+            **reward_stats(roll.rewards, cfg.num_generations),
+        }
+        metrics = _mean_over_ranks(acc, metrics)
+        kl_ctl.update(metrics["kl"])
+        metrics["step_time"] = time.perf_counter() - t0
+
+        # 5. rlguard decides (rank 0), every rank obeys in the same step; evaluation results
+        #    are a second record of the same step, as transformers logs them
+        verdict = guard.observe(step, metrics)
+        if not verdict.stop and cfg.eval_every and step % cfg.eval_every == 0:
+            evals = _mean_over_ranks(acc, _evaluate(acc.unwrap_model(model), tok, held_out, cfg, reward_fn))
+            verdict = verdict.merge(guard.observe(step, evals))
+            metrics.update(evals)
+        if acc.is_main_process:
+            _log(out, step, metrics)
+        if verdict.checkpoint or (cfg.save_every and step % cfg.save_every == 0):
+            saved[step] = str(_save(acc, out, step, model, tok, kl_ctl, sampler, guard))
+        bar.update(metrics)
+        if verdict.stop:
+            stopped = verdict
+            keep = _checkpoint_to_keep(acc, out, step, model, tok, kl_ctl, sampler, guard, verdict, saved)
+            guard.write_stop(step, verdict, keep)
+            break
+
+    bar.close()
+    if stopped is None and step not in saved:
+        saved[step] = str(_save(acc, out, step, model, tok, kl_ctl, sampler, guard))
+    acc.wait_for_everyone()
+    acc.end_training()
+    return {"stopped": stopped is not None, "step": step,
+            "kind": stopped.kind if stopped else None, "reason": stopped.reason if stopped else None}
+
+
+def _evaluate(model, tok, held_out, cfg: TrainConfig, reward_fn) -> dict[str, float]:
+    """Validation reward (one sampled completion per prompt, as pass@1 is measured) and
+    validation loss (gold NLL) on held-out prompts."""
+    exs = held_out[: cfg.eval_prompts]
+    model.eval()
+    roll = generate(model, tok, [e.prompt for e in exs], 1, cfg.max_new_tokens, cfg.temperature, reward_fn)
+    return {"eval_reward": roll.rewards.mean().item(),
+            "eval_loss": gold_nll(model, tok, [e.prompt for e in exs], [e.answer for e in exs])}
+
+
+def _mean_over_ranks(acc, metrics: dict[str, float]) -> dict[str, float]:
+    if acc.num_processes == 1:
+        return metrics
+    keys = sorted(metrics)
+    t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=acc.device)
+    t = acc.reduce(t, reduction="mean")
+    return {k: float(v) for k, v in zip(keys, t.tolist())}
+
+
+def _log(out: Path, step: int, metrics: dict[str, float]) -> None:
+    """One JSON object per step; NaN/Infinity written as Python's json writes them (explicit,
+    unlike null), which rlguard, pandas and Python read back."""
+    with open(out / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": step, **metrics}) + "\n")
+
+
+def _save(acc, out, step, model, tok, kl_ctl, sampler, guard) -> Path:
+    state = {"step": step, "beta": kl_ctl.beta, "rlguard": guard.state_dict()}
+    return checkpoint.save(acc, out / "checkpoints" / f"step-{step}", model, tok, state, sampler.state_dict())
+
+
+def _checkpoint_to_keep(acc, out, step, model, tok, kl_ctl, sampler, guard, verdict: Verdict,
+                        saved: dict[int, str]) -> str | None:
+    """The best evaluation's checkpoint when one was saved; otherwise save this step, unless
+    the weights are already corrupt (a non-finite stop), then the last good one."""
+    if verdict.keep_step is not None and verdict.keep_step in saved:
+        return saved[verdict.keep_step]
+    if verdict.kind != "nonfinite":
+        return str(_save(acc, out, step, model, tok, kl_ctl, sampler, guard))
+    return saved[max(saved)] if saved else None
+
+
+def _resume(cfg, acc, kl_ctl, sampler, guard) -> int:
+    state, sampler_state = checkpoint.load(acc, Path(cfg.resume))
+    kl_ctl.beta = float(state["beta"])
+    if sampler_state:
+        sampler.load_state_dict(sampler_state)
+    guard.load_state_dict(state.get("rlguard", {}))
+    return int(state["step"])
+
+
+class _progress:
+    """A progress bar a person can follow: reward, KL, beta and seconds per step (rank 0)."""
+
+    def __init__(self, cfg: TrainConfig, acc, start: int) -> None:
+        self.bar = None
+        if cfg.progress and acc.is_main_process:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=cfg.max_steps, initial=start, desc="GRPO", unit="step", dynamic_ncols=True)
+
+    def update(self, m: dict[str, float]) -> None:
+        if self.bar is not None:
+            post = {"reward": f"{m['reward']:.3f}", "kl": f"{m['kl']:.2e}", "beta": f"{m['beta']:.2g}",
+                    "s/step": f"{m['step_time']:.2f}"}
+            if "eval_reward" in m:
+                post["val_reward"] = f"{m['eval_reward']:.3f}"
+            self.bar.set_postfix(post, refresh=False)
+            self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
