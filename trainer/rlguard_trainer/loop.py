@@ -34,7 +34,10 @@ def train(cfg: TrainConfig) -> dict:
     """Run GRPO until ``max_steps`` or until rlguard stops the run; return a short summary."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.set_verbosity_error()  # keep the console to the progress bar and rlguard's verdict
+    hf_logging.disable_progress_bar()
     acc = Accelerator(cpu=cfg.cpu or not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     out = Path(cfg.output_dir)
     faults = Faults.for_run(cfg)
@@ -61,6 +64,7 @@ def train(cfg: TrainConfig) -> dict:
     if acc.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(cfg.to_yaml())
+    rank_sum = _rank_sum(acc)  # the processes really talk: all-reduce of their rank ids
     bar = _progress(cfg, acc, start)
     saved: dict[int, str] = {}
     stopped: Verdict | None = None
@@ -135,10 +139,24 @@ def train(cfg: TrainConfig) -> dict:
     bar.close()
     if stopped is None and step not in saved:
         saved[step] = str(_save(acc, out, step, model, tok, kl_ctl, sampler, guard))
+    _write_rank_report(out, acc, rank_sum, step, stopped)
     acc.wait_for_everyone()
     acc.end_training()
     return {"stopped": stopped is not None, "step": step,
             "kind": stopped.kind if stopped else None, "reason": stopped.reason if stopped else None}
+
+
+def _rank_sum(acc) -> int:
+    t = torch.tensor([float(acc.process_index)], device=acc.device)
+    return int(acc.reduce(t, reduction="sum").item()) if acc.num_processes > 1 else 0
+
+
+def _write_rank_report(out: Path, acc, rank_sum: int, step: int, stopped: Verdict | None) -> None:
+    """Each process records where it ended: a stop must end every rank at the same step."""
+    path = out / "rlguard" / "ranks" / f"rank{acc.process_index}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rank": acc.process_index, "world_size": acc.num_processes,
+                                "rank_sum": rank_sum, "last_step": step, "stopped": stopped is not None}))
 
 
 def _evaluate(model, tok, held_out, cfg: TrainConfig, reward_fn) -> dict[str, float]:

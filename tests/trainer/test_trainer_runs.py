@@ -1,0 +1,103 @@
+"""The bundled trainer on a real tiny transformers model: a healthy run learns and is not
+stopped; every injected fault is stopped by the default rules with the right kind; a resumed
+run continues exactly; an external stop request is obeyed; a saved model loads back."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import read_jsonl, run_train
+
+from rlguard.alerts import Kind
+
+ALERT_KEYS = {"run", "rule", "kind", "severity", "action", "step", "metric", "value", "message"}
+
+
+@pytest.fixture(scope="module")
+def healthy(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "healthy"
+    r = run_train(out, "--max-steps", "80")
+    return out, r
+
+
+def test_healthy_run_learns_and_is_not_stopped(healthy):
+    out, r = healthy
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert [row["step"] for row in rows] == list(range(1, 81))
+    first = sum(row["reward"] for row in rows[:10]) / 10
+    last = sum(row["reward"] for row in rows[-10:]) / 10
+    assert last > first + 0.2, (first, last)
+    assert not (out / "rlguard" / "stop.json").exists()
+    decisions = read_jsonl(out / "rlguard" / "decisions.jsonl") if (out / "rlguard" / "decisions.jsonl").exists() else []
+    assert not [d for d in decisions if d["severity"] != "info"], decisions
+    assert (out / "checkpoints" / "step-80" / "model" / "config.json").is_file()
+
+
+def test_saved_model_loads_with_from_pretrained_and_trains(healthy, tmp_path):
+    """The real loading path (--model DIR), on a model the tests saved themselves."""
+    out, _ = healthy
+    model_dir = out / "checkpoints" / "step-80" / "model"
+    from rlguard_trainer.modeling import load_pretrained
+
+    tok, model = load_pretrained(model_dir)
+    assert tok.decode(tok("abc:7>", add_special_tokens=False).input_ids) == "abc:7>"
+    r = run_train(tmp_path / "again", "--model", str(model_dir), "--max-steps", "12")
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = read_jsonl(tmp_path / "again" / "metrics.jsonl")
+    assert rows[0]["reward"] > 0.5  # it starts from the trained weights, not from scratch
+
+
+@pytest.mark.parametrize("fault", ["val_divergence", "beta_collapse", "kl_low", "reward_variance_collapse",
+                                   "nonfinite", "grad_explosion"])
+def test_injected_fault_is_stopped_with_its_kind(fault, tmp_path):
+    out = tmp_path / fault
+    r = run_train(out, "--inject", fault, "--max-steps", "80")
+    assert r.returncode == 0, r.stderr[-2000:]
+    stop = json.loads((out / "rlguard" / "stop.json").read_text())
+    assert stop["kind"] == fault, stop
+    assert stop["reason"] and stop["step"] < 80
+    assert f"rlguard stopped the run at step {stop['step']} ({fault})" in r.stderr
+    rows = read_jsonl(out / "metrics.jsonl")
+    assert rows[-1]["step"] == stop["step"]  # nothing ran after the stop
+    if stop["checkpoint"] is not None:
+        assert (out / "checkpoints").exists() and (stop["checkpoint"].endswith(f"step-{stop['step']}")
+                                                   or "checkpoints/step-" in stop["checkpoint"])
+        from pathlib import Path
+
+        assert (Path(stop["checkpoint"]) / "model" / "config.json").is_file()
+    decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
+    assert all(ALERT_KEYS <= set(d) for d in decisions)
+    assert all(d["kind"] in {k.value for k in Kind} for d in decisions)
+    assert any(d["kind"] == fault and d["action"] == "stop" for d in decisions)
+
+
+def test_resume_round_trip_continues_exactly(tmp_path):
+    full = tmp_path / "full"
+    assert run_train(full, "--max-steps", "20", "--set", "save_every=10").returncode == 0
+    part = tmp_path / "part"
+    r = run_train(part, "--max-steps", "20", "--resume", str(full / "checkpoints" / "step-10"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    a = {row["step"]: row for row in read_jsonl(full / "metrics.jsonl")}
+    b = {row["step"]: row for row in read_jsonl(part / "metrics.jsonl")}
+    assert sorted(b) == list(range(11, 21))
+    for step in range(11, 21):
+        assert b[step]["reward"] == pytest.approx(a[step]["reward"], abs=1e-6), step
+        assert b[step]["kl"] == pytest.approx(a[step]["kl"], rel=1e-4, abs=1e-7), step
+
+
+def test_external_stop_file_is_obeyed(tmp_path):
+    out = tmp_path / "ext"
+    out.mkdir()
+    (out / "RLGUARD_STOP").write_text(json.dumps({"reason": "operator asked"}))
+    r = run_train(out, "--max-steps", "50")
+    assert r.returncode == 0
+    stop = json.loads((out / "rlguard" / "stop.json").read_text())
+    assert stop["kind"] == "external" and "operator asked" in stop["reason"] and stop["step"] == 1
+
+
+def test_bad_config_is_exit_2(tmp_path):
+    r = run_train(tmp_path / "x", "--set", "learning_rat=1")
+    assert r.returncode == 2 and "with a field of" in r.stderr and "Traceback" not in r.stderr
+    r = run_train(tmp_path / "x", "--set", "learning_rate=fast")
+    assert r.returncode == 2 and "expects float" in r.stderr
