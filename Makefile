@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo test rules-test bench corpus clean
+.PHONY: setup demo demo-logs test rules-test bench corpus clean
 
 setup: $(STAMP)
 
@@ -16,6 +16,9 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: setup
+	@bash examples/demo_trainer.sh
+
+demo-logs: setup
 	@bash examples/demo.sh
 
 test: setup
@@ -28,6 +31,7 @@ rules-test: setup
 bench: setup
 	$(PY) bench/check_speed.py
 	$(PY) bench/corpus_eval.py
+	$(PY) bench/trainer_vs_trl.py
 
 corpus: setup
 	$(PY) tests/corpus/generate.py tests/corpus/data

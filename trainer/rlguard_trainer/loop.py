@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import json
+import logging
 import time
 from pathlib import Path
 
@@ -38,6 +39,7 @@ def train(cfg: TrainConfig) -> dict:
 
     hf_logging.set_verbosity_error()  # keep the console to the progress bar and rlguard's verdict
     hf_logging.disable_progress_bar()
+    logging.getLogger("accelerate").setLevel(logging.ERROR)  # "Removed shared tensor" on every save
     acc = Accelerator(cpu=cfg.cpu or not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     out = Path(cfg.output_dir)
     faults = Faults.for_run(cfg)
@@ -67,6 +69,7 @@ def train(cfg: TrainConfig) -> dict:
     rank_sum = _rank_sum(acc)  # the processes really talk: all-reduce of their rank ids
     bar = _progress(cfg, acc, start)
     saved: dict[int, str] = {}
+    step_ends: list[float] = []  # wall clock at the end of each step (for benchmarks)
     stopped: Verdict | None = None
     step = start
 
@@ -130,6 +133,7 @@ def train(cfg: TrainConfig) -> dict:
         if verdict.checkpoint or (cfg.save_every and step % cfg.save_every == 0):
             saved[step] = str(_save(acc, out, step, model, tok, kl_ctl, sampler, guard))
         bar.update(metrics)
+        step_ends.append(time.perf_counter())
         if verdict.stop:
             stopped = verdict
             keep = _checkpoint_to_keep(acc, out, step, model, tok, kl_ctl, sampler, guard, verdict, saved)
@@ -142,7 +146,7 @@ def train(cfg: TrainConfig) -> dict:
     _write_rank_report(out, acc, rank_sum, step, stopped)
     acc.wait_for_everyone()
     acc.end_training()
-    return {"stopped": stopped is not None, "step": step,
+    return {"stopped": stopped is not None, "step": step, "step_ends": step_ends,
             "kind": stopped.kind if stopped else None, "reason": stopped.reason if stopped else None}
 
 
