@@ -5,5 +5,17 @@ from .rulespec import Rule, RulePack, load_pack, load_packs
 from .watchdog import Watchdog
 
 __version__ = "0.1.0"
-__all__ = ["Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
+
+
+def __getattr__(name: str):
+    """``RLGuardCallback`` imports transformers, so it is loaded only when asked for."""
+    if name == "RLGuardCallback":
+        try:
+            from .callback import RLGuardCallback
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError(f"RLGuardCallback needs transformers ({exc}); "
+                              "install it with: pip install 'rlguard[trainer]'") from None
+        return RLGuardCallback
+    raise AttributeError(f"module 'rlguard' has no attribute {name!r}")
+__all__ = ["RLGuardCallback", "Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
            "load_packs", "RLGuardError", "InputError", "LogFormatError", "RuleError", "StateError"]

@@ -1,0 +1,156 @@
+"""``RLGuardCallback``: rlguard inside any transformers ``Trainer`` (and every TRL trainer built
+on it: GRPOTrainer, DPOTrainer, SFTTrainer, PPOTrainer...), unchanged::
+
+    from rlguard import RLGuardCallback
+    trainer.add_callback(RLGuardCallback())
+
+It reads metrics as they are logged (``on_log`` / ``on_evaluate``; ``trainer_state.json`` is
+only written at checkpoints), feeds them to a watchdog, and obeys its decisions:
+``checkpoint`` sets ``control.should_save``; ``stop`` sets ``should_save`` and
+``should_training_stop`` in the same step, so the run ends with a checkpoint. The process of
+rank 0 decides and the verdict is broadcast, so every rank does the same. A stop can also be
+requested from outside: a file ``RLGUARD_STOP`` (JSON ``{"reason": ...}``) in the output
+directory, the file rlguard's daemon writes. The watchdog state is saved into each checkpoint
+folder and restored on resume, so a resumed run does not alert again.
+
+The run directory gets ``rlguard/decisions.jsonl`` (every alert, in the ``rlguard check
+--format json`` shape) and, on a stop, ``rlguard/stop.json``.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Callable, Iterable
+
+from transformers import TrainerCallback
+
+from .alerts import Alert
+from .rulespec import RulePack, load_packs
+from .watchdog import Watchdog
+
+STATE_FILE = "rlguard_state.json"
+STOP_FILE = "RLGUARD_STOP"
+
+
+class RLGuardCallback(TrainerCallback):
+    """rlguard's watchdog as a transformers callback.
+
+    ``rules``: rule pack paths (default: the shipped default pack) or loaded packs.
+    ``notifiers``: callables that receive each :class:`~rlguard.alerts.Alert` (rank 0 only).
+    ``baselines``: regression baselines per metric, as ``rlguard check --baseline``.
+    """
+
+    def __init__(self, rules: Iterable[str | os.PathLike] | list[RulePack] | None = None,
+                 notifiers: Iterable[Callable[[Alert], None]] = (), run: str | None = None,
+                 baselines: dict[str, float] | None = None, stop_file: str = STOP_FILE) -> None:
+        rules = list(rules) if rules is not None else None
+        self.packs = rules if rules and isinstance(rules[0], RulePack) else load_packs(rules)
+        self.notifiers = list(notifiers)
+        self.run = run
+        self.baselines = dict(baselines or {})
+        self.stop_file = stop_file
+        self.watchdog: Watchdog | None = None
+        self.stop_reason: str | None = None
+        self._last: tuple | None = None
+        self._out: Path | None = None
+
+    # ------------------------------------------------------------------ trainer events
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._out = Path(args.output_dir)
+        name = self.run or getattr(args, "run_name", None) or self._out.name
+        self.watchdog = Watchdog(packs=self.packs, run=str(name), baselines=self.baselines)
+        ckpt = self._out / f"checkpoint-{state.global_step}" / STATE_FILE
+        if state.global_step > 0 and ckpt.is_file():  # resuming: no second alert for old faults
+            self.watchdog.load(ckpt)
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        return self._observe(args, state, control, logs or {})
+
+    def on_evaluate(self, args, state, control, metrics=None, **kwargs):
+        return self._observe(args, state, control, metrics or {})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        requested = self._external_stop_requested(state)  # rank 0 looks; every rank agrees below
+        return self._apply(args, state, control, checkpoint=requested, stop=requested)
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero and self.watchdog is not None:
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if folder.is_dir():
+                self.watchdog.save(folder / STATE_FILE)
+        return control
+
+    # ------------------------------------------------------------------ decisions
+    def _observe(self, args, state, control, logs: dict):
+        metrics = {k: float(v) for k, v in logs.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        key = (state.global_step, tuple(sorted(metrics.items())))
+        if not metrics or key == self._last:  # evaluate() logs the same dict twice
+            return control
+        self._last = key
+        checkpoint = stop = False
+        if state.is_world_process_zero and self.watchdog is not None:
+            for d in self.watchdog.observe(state.global_step, metrics):
+                if d.alert is not None:
+                    self._record(d.alert)
+                checkpoint |= d.action.value in ("checkpoint", "stop")
+                if d.action.value == "stop" and self.stop_reason is None:
+                    stop, self.stop_reason = True, d.reason
+                    self._write_stop(state.global_step, d.alert)
+        return self._apply(args, state, control, checkpoint, stop)
+
+    def _apply(self, args, state, control, checkpoint: bool, stop: bool):
+        checkpoint, stop = _agree(args, checkpoint, stop)
+        if checkpoint or stop:
+            control.should_save = True
+        if stop:
+            control.should_training_stop = True
+        return control
+
+    def _external_stop_requested(self, state) -> bool:
+        if not state.is_world_process_zero or self._out is None or self.stop_reason is not None:
+            return False
+        path = self._out / self.stop_file
+        if not path.is_file():
+            return False
+        try:
+            reason = json.loads(path.read_text() or "{}").get("reason", "no reason given")
+        except (ValueError, AttributeError, OSError):
+            reason = "no reason given"
+        self.stop_reason = f"stop requested via {path.name}: {reason}"
+        self._write_stop(state.global_step, None, kind="external", reason=self.stop_reason)
+        return True
+
+    def _record(self, alert: Alert) -> None:
+        folder = self._out / "rlguard"
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(folder / "decisions.jsonl", "a") as f:
+            f.write(alert.to_json() + "\n")
+        for notify in self.notifiers:
+            notify(alert)
+
+    def _write_stop(self, step: int, alert: Alert | None, kind: str = "", reason: str = "") -> None:
+        folder = self._out / "rlguard"
+        folder.mkdir(parents=True, exist_ok=True)
+        out = {"kind": alert.kind if alert else kind, "reason": alert.message if alert else reason,
+               "rule": alert.rule if alert else "", "step": step,
+               "checkpoint": str(self._out / f"checkpoint-{step}"),
+               "best_step": alert.checkpoint_step if alert else None}
+        (folder / "stop.json").write_text(json.dumps(out, indent=2) + "\n")
+
+
+def _agree(args, checkpoint: bool, stop: bool) -> tuple[bool, bool]:
+    """Rank 0's verdict on every rank (a broadcast when torch.distributed is running)."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:  # pragma: no cover - transformers' Trainer needs torch anyway
+        return checkpoint, stop
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return checkpoint, stop
+    device = args.device if dist.get_backend() == "nccl" else "cpu"
+    flags = torch.tensor([float(checkpoint), float(stop)], device=device)
+    dist.broadcast(flags, src=0)
+    return bool(flags[0].item()), bool(flags[1].item())
