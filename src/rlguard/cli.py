@@ -37,6 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except ValueError as exc:  # a pydantic validation error from a config file or flags
+        print(f"rlguard: error: {exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("rlguard: interrupted", file=sys.stderr)
         return 130
@@ -67,6 +70,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="json: also print checkpoint decisions (new best) as objects with kind 'new_best'")
     c.add_argument("--run", help="run name in alerts (default: derived from the path)")
     c.set_defaults(func=cmd_check)
+
+    d = sub.add_parser("daemon", help="tail training logs, alert (Prometheus, Slack) and stop runs",
+                       description="Tail every log file matching --watch (one run per file), run the "
+                                   "watchdog on each, export Prometheus metrics on --listen, notify Slack, "
+                                   "and write a stop request (RLGUARD_STOP) into a run's directory when a "
+                                   "rule decides to stop it. SIGTERM/SIGINT: save and exit 0; SIGHUP: "
+                                   "reload rules.")
+    d.add_argument("--watch", action="append", default=[], metavar="GLOB", help="log files to follow (repeatable)")
+    d.add_argument("--state-dir", help="durable state (SQLite): offsets, watchdog states, outbox")
+    d.add_argument("--listen", help="HOST:PORT for /metrics and /healthz (default 127.0.0.1:9108)")
+    d.add_argument("--rules", action="append", metavar="PATH", help="rule packs (default: the shipped pack)")
+    d.add_argument("--slack-webhook-url-file", help="file holding the Slack incoming-webhook URL "
+                                                    "(or set RLGUARD_SLACK_WEBHOOK_URL)")
+    d.add_argument("--config", help="YAML daemon config (flags override it)")
+    d.add_argument("--poll-interval", type=float, help="seconds between reads of the logs (default 2)")
+    d.add_argument("--stall-after", type=float, help="seconds without a new step before a stall alert (default 1800)")
+    d.add_argument("-v", "--verbose", action="store_true", help="log every watched file and event")
+    d.set_defaults(func=cmd_daemon)
 
     r = sub.add_parser("rules", help="validate, test and list rule packs")
     rsub = r.add_subparsers(dest="rules_command")
@@ -120,6 +141,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     return run_check(args.path, rules=args.rules, input_format=args.input_format, out_format=args.format,
                      baselines=parse_baselines(args.baseline), decisions=args.decisions,
                      run=args.run or run_name(args.path), chunk=CHUNK)
+
+
+def cmd_daemon(args: argparse.Namespace) -> int:
+    import logging
+
+    from .daemon.config import load_config
+    from .daemon.service import Daemon
+
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    cfg = load_config(args.config, {"watch": args.watch, "state_dir": args.state_dir, "listen": args.listen,
+                                    "rules": args.rules, "poll_interval": args.poll_interval,
+                                    "stall_after": args.stall_after})
+    if args.slack_webhook_url_file:
+        cfg.slack.webhook_url_file = args.slack_webhook_url_file
+    if not cfg.watch:
+        raise InputError("nothing to watch: give --watch GLOB (or 'watch:' in --config)")
+    if not (args.state_dir or args.config):
+        raise InputError("--state-dir is required (where offsets and alerts sent are kept)")
+    from .daemon.wiring import build_dispatcher
+
+    try:
+        daemon = Daemon(cfg, dispatcher=build_dispatcher(cfg))
+    except OSError as exc:
+        raise InputError(f"cannot start: {exc}") from None
+    return daemon.run_forever()
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:

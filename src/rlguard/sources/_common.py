@@ -24,8 +24,26 @@ QUANTUM = tuple(float(f"1e-{d}") for d in range(10))
 _GZIP_MAGIC = b"\x1f\x8b"
 
 
+class MemoryLog(io.BytesIO):
+    """New bytes of a log held in memory (the daemon's tail), readable like the file itself.
+    ``str()`` names the file it came from, so errors still point at it."""
+
+    def __init__(self, data: bytes, name: str) -> None:
+        super().__init__(data)
+        self.log_name = name
+
+    def __str__(self) -> str:
+        return self.log_name
+
+    def __fspath__(self) -> str:
+        return self.log_name
+
+
 def open_binary(path: str) -> IO[bytes]:
-    """Open ``path`` for binary line iteration; gzip input is decompressed transparently."""
+    """Open ``path`` for binary line iteration; gzip input is decompressed transparently.
+    A :class:`MemoryLog` is read as it is."""
+    if isinstance(path, MemoryLog):
+        return path
     try:
         f = open(path, "rb")  # noqa: SIM115 - returned to the caller
         magic = f.peek(2)[:2]

@@ -69,7 +69,10 @@ class HfConsoleReader(Reader):
     def records(self, path: str) -> Iterator[LogRecord]:
         """Yield one record per metrics dict, in file order."""
         self.stats = stats = ReadStats()
-        state = {"count": 0}
+        # steps are reconstructed by counting records; a tail reading the file piece by piece
+        # sets ``start_count`` to the count where the previous piece ended (``last_count``)
+        state = {"count": getattr(self, "start_count", 0)}
+        self.last_count = state
         with open_binary(path) as f, reading(path, stats):
             for lineno, raw in enumerate(f, 1):
                 stats.lines = lineno

@@ -1,0 +1,154 @@
+"""One watched run: a tailed log file, its watchdog, and what the exporter shows about it."""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..alerts import Action, Alert, Decision
+from ..rulespec import RulePack
+from ..watchdog import Watchdog
+from .tail import FileTail
+
+STOP_FILE = "RLGUARD_STOP"
+STALL_RULE = "RLG-STALL"
+
+
+@dataclass
+class RunInfo:
+    """What the exporter reads at scrape time (plain data, persisted with the run)."""
+
+    last_update: float = 0.0  # wall time of the last new record
+    last_step: int | None = None
+    latest: dict[str, list] = field(default_factory=dict)  # metric -> [value, step]
+    alerts_total: dict[str, int] = field(default_factory=dict)  # "kind|severity" -> count
+    parse_errors: int = 0
+    dropped_metrics: int = 0
+    stalled: bool = False
+    stopped: str | None = None  # reason of the stop request written, if any
+    last_error: str | None = None
+
+
+class RunMonitor:
+    def __init__(self, path: str, run: str, packs: list[RulePack], saved: dict | None = None,
+                 max_metrics: int = 2000) -> None:
+        self.path, self.run = path, run
+        self.tail = FileTail(path, saved["tail"] if saved else None)
+        self.watchdog = Watchdog(packs=packs, run=run)
+        self.info = RunInfo(**saved["info"]) if saved else RunInfo()
+        if saved and saved.get("watchdog"):
+            self.watchdog.load_state_dict(saved["watchdog"])
+        self.max_metrics = max_metrics
+        self.admitted: set[str] = set()
+        self.changed = False
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.path).resolve().parent
+
+    def poll(self, now: float) -> tuple[list[Alert], list[Decision], list[str]]:
+        """New records through the watchdog: (alerts, decisions, tail events)."""
+        p = self.tail.poll()
+        if p.error:
+            self.info.parse_errors += 1
+            self.info.last_error = p.error
+        if not p.records:
+            self.info.parse_errors += p.bad
+            return [], [], p.events
+        records = self._bounded(p.records)
+        self.info.parse_errors += p.bad
+        before = len(self.watchdog.alerts)
+        decisions = self.watchdog.ingest(records)
+        alerts = self.watchdog.alerts[before:]
+        self._track(records, now)
+        for a in alerts:
+            if a.status == "firing":
+                key = f"{a.kind}|{a.severity}"
+                self.info.alerts_total[key] = self.info.alerts_total.get(key, 0) + 1
+        if self.info.stalled:
+            alerts = alerts + [self._stall_alert(now, resolved=True)]
+            self.info.stalled = False
+        self.changed = True
+        return alerts, decisions, p.events
+
+    def _bounded(self, records):
+        """Untrusted logs: at most ``max_metrics`` distinct metric names per run are admitted;
+        the others are dropped and counted (memory and Prometheus cardinality stay bounded)."""
+        admitted = self.admitted
+        for rec in records:
+            if admitted.issuperset(rec.metrics):
+                continue
+            for k in list(rec.metrics):
+                if k in admitted:
+                    continue
+                if len(admitted) < self.max_metrics:
+                    admitted.add(k)
+                else:
+                    del rec.metrics[k]
+                    self.info.dropped_metrics += 1
+        return records
+
+    def _track(self, records, now: float) -> None:
+        watched = self.watchdog._watched
+        naming = self.watchdog.naming
+        latest = self.info.latest
+        for rec in records:
+            for raw, value in rec.metrics.items():
+                name = naming._name.get(raw)
+                if name in watched:
+                    latest[name] = [value if math.isfinite(value) else None, rec.step]
+        self.info.last_step = records[-1].step
+        self.info.last_update = now
+
+    def check_stall(self, now: float, after_s: float) -> list[Alert]:
+        if self.info.stalled or not self.info.last_update or now - self.info.last_update < after_s:
+            return []
+        self.info.stalled = True
+        self.changed = True
+        key = "stall|warning"
+        self.info.alerts_total[key] = self.info.alerts_total.get(key, 0) + 1
+        return [self._stall_alert(now, resolved=False)]
+
+    def _stall_alert(self, now: float, resolved: bool) -> Alert:
+        idle = now - self.info.last_update
+        msg = (f"new steps again after a stall (last step {self.info.last_step})" if resolved else
+               f"no new step for {idle / 60:.0f} min (last step {self.info.last_step}): the job may be "
+               f"hung, dead or stuck in evaluation")
+        return Alert(run=self.run, rule=STALL_RULE, kind="stall", severity="warning", action="alert",
+                     step=int(self.info.last_step or 0), metric="step", value=None, message=msg,
+                     status="resolved" if resolved else "firing")
+
+    def request_stop(self, decision: Decision) -> bool:
+        """Write ``RLGUARD_STOP`` into the run's own directory (never a path taken from log
+        content); idempotent: an existing request is left as it is."""
+        path = self.run_dir / STOP_FILE
+        if path.exists():
+            return False
+        a = decision.alert
+        body = {"reason": decision.reason, "kind": decision.kind, "step": decision.step,
+                "rule": a.rule if a else "", "checkpoint_step": a.checkpoint_step if a else None,
+                "source": "rlguard daemon"}
+        tmp = path.with_name(f".{STOP_FILE}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(body, indent=2) + "\n")
+        os.replace(tmp, path)
+        self.info.stopped = decision.reason
+        return True
+
+    def saved(self) -> tuple[str, str, dict, dict, dict]:
+        from dataclasses import asdict
+
+        return self.path, self.run, self.tail.state_dict(), self.watchdog.state_dict(), asdict(self.info)
+
+
+def run_name_for(path: str, taken: set[str]) -> str:
+    """The run's name: its directory for generic file names (metrics.jsonl...), else the file
+    stem; a path hash is appended when two files would share a name."""
+    from ..cli import run_name
+
+    name = run_name(path)
+    if name in taken:
+        name = f"{name}-{hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:6]}"
+    return name

@@ -1,0 +1,190 @@
+"""``rlguard daemon``: tail training logs, run the watchdog on each, act on its decisions.
+
+Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
+- ``discover``: glob the ``--watch`` patterns, start watching new files (one run per file);
+- ``poll``: read what every file gained, feed the watchdog, notify, write stop requests;
+- ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
+- ``save``: persist offsets, watchdog states and counters (one SQLite transaction);
+- ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable).
+
+SIGTERM / SIGINT: save and exit 0. SIGHUP: reload the rules; a bad rule file keeps the old
+rules and says why.
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+from ..alerts import Action, Alert
+from ..errors import RLGuardError
+from ..rulespec import load_packs
+from .config import DaemonConfig
+from .runs import RunMonitor, run_name_for
+from .store import Store
+
+log = logging.getLogger("rlguard.daemon")
+
+
+class Daemon:
+    def __init__(self, cfg: DaemonConfig, dispatcher=None, clock=time.time) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.packs = load_packs(cfg.rules)
+        self.store = Store(cfg.state_dir)
+        self.dispatcher = dispatcher
+        self.runs: dict[str, RunMonitor] = {}
+        self.saved = self.store.load()
+        self.dropped_runs = 0
+        self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
+        self.started = clock()
+        self.last_poll = 0.0
+        self.alerts_sent = 0
+        self.reloads = 0
+
+    # ------------------------------------------------------------------ jobs
+    def discover(self) -> None:
+        with self.lock:
+            for pattern in self.cfg.watch:
+                for path in sorted(glob.glob(os.path.expanduser(pattern), recursive=True)):
+                    if path not in self.runs and os.path.isfile(path) and not _is_ours(path):
+                        self._watch(path)
+
+    def _watch(self, path: str) -> None:
+        if len(self.runs) >= self.cfg.max_runs:
+            self.dropped_runs += 1
+            return
+        saved = self.saved.pop(path, None)
+        name = saved["run"] if saved else run_name_for(path, {r.run for r in self.runs.values()})
+        try:
+            self.runs[path] = RunMonitor(path, name, self.packs, saved, self.cfg.max_metrics_per_run)
+        except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
+            log.warning("%s: saved state not usable (%s); starting from the beginning", path, exc)
+            self.runs[path] = RunMonitor(path, name, self.packs, None, self.cfg.max_metrics_per_run)
+        log.info("watching %s as run %r", path, name)
+
+    def poll(self) -> None:
+        with self.lock:
+            now = self.clock()
+            for mon in list(self.runs.values()):
+                alerts, decisions, events = mon.poll(now)
+                for ev in events:
+                    log.info("%s: %s", mon.path, ev)
+                for d in decisions:
+                    if d.action is Action.STOP and d.alert is not None:
+                        self._stop(mon, d)
+                self._notify(alerts)
+            self.last_poll = now
+
+    def stall(self) -> None:
+        with self.lock:
+            now = self.clock()
+            for mon in self.runs.values():
+                self._notify(mon.check_stall(now, self.cfg.stall_after))
+
+    def save(self) -> None:
+        with self.lock:
+            rows = [m.saved() for m in self.runs.values() if m.changed]
+            self.store.save(rows)
+            for m in self.runs.values():
+                m.changed = False
+            if self.dispatcher is not None and hasattr(self.dispatcher, "save_state"):
+                self.dispatcher.save_state()
+
+    def notify(self) -> None:
+        if self.dispatcher is not None:
+            try:
+                self.dispatcher.flush(self.clock())
+            except Exception:  # noqa: BLE001 - the watcher must keep watching
+                log.exception("notification delivery failed; will retry")
+
+    # ------------------------------------------------------------------ actions
+    def _notify(self, alerts: list[Alert]) -> None:
+        for a in alerts:
+            log.warning("[%s] %s %s %s step %s: %s", a.run, a.status, a.severity, a.kind, a.step, a.message)
+        if alerts and self.dispatcher is not None:
+            self.dispatcher.submit(alerts)
+            self.alerts_sent += len(alerts)
+
+    def _stop(self, mon: RunMonitor, decision) -> None:
+        if not mon.request_stop(decision):
+            return
+        log.warning("[%s] stop requested: %s", mon.run, decision.reason)
+        stop = self.cfg.stop
+        if stop.signal:
+            self._signal(mon, stop)
+        if stop.command:
+            env = dict(os.environ, RLGUARD_RUN=mon.run, RLGUARD_RUN_DIR=str(mon.run_dir),
+                       RLGUARD_KIND=decision.kind, RLGUARD_STEP=str(decision.step),
+                       RLGUARD_REASON=decision.reason[:2000])
+            try:  # fixed argv, no shell: log content never reaches a command line
+                subprocess.run(stop.command, env=env, timeout=stop.command_timeout, check=False)
+            except (OSError, subprocess.TimeoutExpired) as exc:
+                log.error("[%s] stop command failed: %s", mon.run, exc)
+
+    def _signal(self, mon: RunMonitor, stop) -> None:
+        pid_path = mon.run_dir / stop.pid_file
+        try:
+            pid = int(pid_path.read_text().split()[0])
+            os.kill(pid, getattr(signal, stop.signal))
+        except (OSError, ValueError, IndexError) as exc:
+            log.error("[%s] could not signal the PID in %s: %s", mon.run, pid_path, exc)
+
+    def reload_rules(self) -> bool:
+        try:
+            packs = load_packs(self.cfg.rules)
+        except RLGuardError as exc:
+            log.error("rules not reloaded, keeping the old ones: %s", exc)
+            return False
+        with self.lock:
+            self.packs = packs
+            for path, mon in list(self.runs.items()):
+                saved = {"run": mon.run, "tail": mon.tail.state_dict(), "watchdog": mon.watchdog.state_dict(),
+                         "info": mon.saved()[4]}
+                self.runs[path] = RunMonitor(path, mon.run, packs, saved, self.cfg.max_metrics_per_run)
+            self.reloads += 1
+        log.info("rules reloaded: %d rules", sum(len(p.rules) for p in packs))
+        return True
+
+    # ------------------------------------------------------------------ lifecycle
+    def run_forever(self) -> int:
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        from ..exporter import serve
+
+        server = serve(self, *self.cfg.host_port)
+        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
+        c = self.cfg
+        sched.add_job(self.discover, "interval", seconds=c.discover_interval, id="discover")
+        sched.add_job(self.poll, "interval", seconds=c.poll_interval, id="poll")
+        sched.add_job(self.stall, "interval", seconds=min(30.0, c.stall_after / 2), id="stall")
+        sched.add_job(self.save, "interval", seconds=c.save_interval, id="save")
+        sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
+        done = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
+        self.discover()
+        self.poll()
+        sched.start()
+        log.info("rlguard daemon: %d file(s) watched; metrics on http://%s:%d/metrics",
+                 len(self.runs), *self.cfg.host_port)
+        done.wait()
+        log.info("stopping: saving state")
+        sched.shutdown(wait=True)
+        self.save()
+        self.notify()
+        server.shutdown()
+        self.store.close()
+        return 0
+
+
+def _is_ours(path: str) -> bool:
+    """Files rlguard writes itself are never watched as logs."""
+    p = Path(path)
+    return p.name in ("RLGUARD_STOP", "stop.json", "decisions.jsonl") or p.parent.name == "rlguard"

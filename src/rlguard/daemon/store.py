@@ -1,0 +1,61 @@
+"""The daemon's durable state: one SQLite file (stdlib) in ``--state-dir``.
+
+Per watched file: the tail state (inode, offset...) and the run's watchdog state; per run the
+counters the exporter shows. Everything of one save is one transaction, so a ``kill -9``
+leaves either the previous save or the new one. Side effects that happen between saves
+(notifications, stop files) are idempotent, so lines re-read after a crash cannot produce a
+second message or a lost one.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    path TEXT PRIMARY KEY,
+    run TEXT NOT NULL,
+    tail TEXT NOT NULL,
+    watchdog TEXT NOT NULL,
+    info TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+VERSION = "1"
+
+
+class Store:
+    def __init__(self, state_dir: str | Path) -> None:
+        self.dir = Path(state_dir)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(self.dir / "rlguard-daemon.sqlite3"), timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
+        if row is None:
+            self.db.execute("INSERT INTO meta VALUES ('version', ?)", (VERSION,))
+            self.db.commit()
+        elif row[0] != VERSION:
+            raise RuntimeError(f"{self.dir}: state version {row[0]} is not {VERSION}; use a new --state-dir")
+
+    def load(self) -> dict[str, dict]:
+        out = {}
+        for path, run, tail, wd, info in self.db.execute("SELECT path, run, tail, watchdog, info FROM runs"):
+            out[path] = {"run": run, "tail": json.loads(tail), "watchdog": json.loads(wd), "info": json.loads(info)}
+        return out
+
+    def save(self, rows: list[tuple[str, str, dict, dict, dict]]) -> None:
+        """Save (path, run, tail, watchdog, info) rows in one transaction."""
+        if not rows:
+            return
+        with self.db:
+            self.db.executemany(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+                "run=excluded.run, tail=excluded.tail, watchdog=excluded.watchdog, info=excluded.info",
+                [(p, r, json.dumps(t), json.dumps(w, allow_nan=True), json.dumps(i, allow_nan=True))
+                 for p, r, t, w, i in rows])
+
+    def close(self) -> None:
+        self.db.close()

@@ -1,0 +1,126 @@
+"""Prometheus exporter: a collector that reads the daemon's state at scrape time (no global
+gauges set from everywhere), served with ``/metrics`` and ``/healthz`` on 127.0.0.1 by default.
+
+Exported (names follow Prometheus conventions; ``promtool check metrics`` is clean):
+
+- ``rlguard_metric_value{run,metric}`` / ``rlguard_metric_step{run,metric}``: latest value and
+  step of each metric the rules watch (canonical names only: label cardinality is bounded by
+  the rule packs, not by whatever names a log contains);
+- ``rlguard_alert_firing{run,rule,kind,severity,metric}``: 1 per alert firing now;
+- ``rlguard_alerts_total{run,kind,severity}``: alerts fired since the run was first seen;
+- ``rlguard_run_last_update_timestamp_seconds{run}``, ``rlguard_run_last_step{run}``,
+  ``rlguard_run_stalled{run}``, ``rlguard_run_stop_requested{run}``;
+- ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
+- ``rlguard_runs_watched``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
+  ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead).
+"""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class RLGuardCollector:
+    """Reads a :class:`~rlguard.daemon.service.Daemon` (or anything with the same ``runs``)."""
+
+    def __init__(self, daemon) -> None:
+        self.daemon = daemon
+
+    def describe(self):
+        return []  # collected only at scrape time
+
+    def collect(self):
+        d = self.daemon
+        value = GaugeMetricFamily("rlguard_metric_value", "Latest value of a watched training metric",
+                                  labels=["run", "metric"])
+        step = GaugeMetricFamily("rlguard_metric_step", "Step of the latest value of a watched metric",
+                                 labels=["run", "metric"])
+        firing = GaugeMetricFamily("rlguard_alert_firing", "1 while an rlguard alert is firing",
+                                   labels=["run", "rule", "kind", "severity", "metric"])
+        total = CounterMetricFamily("rlguard_alerts", "rlguard alerts fired", labels=["run", "kind", "severity"])
+        updated = GaugeMetricFamily("rlguard_run_last_update_timestamp_seconds",
+                                    "Wall time a run last logged a new step", labels=["run"])
+        last_step = GaugeMetricFamily("rlguard_run_last_step", "Last step a run logged", labels=["run"])
+        stalled = GaugeMetricFamily("rlguard_run_stalled", "1 while a run is stalled", labels=["run"])
+        stopped = GaugeMetricFamily("rlguard_run_stop_requested", "1 once rlguard requested a stop",
+                                    labels=["run"])
+        errors = CounterMetricFamily("rlguard_parse_errors", "Log lines or values rlguard could not use",
+                                     labels=["run"])
+        dropped = CounterMetricFamily("rlguard_metric_names_dropped",
+                                      "Metric names ignored beyond the per-run cap", labels=["run"])
+        with d.lock:
+            for mon in d.runs.values():
+                self._run(mon, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped)
+            runs, dropped_runs = len(d.runs), d.dropped_runs
+            last_poll, reloads = d.last_poll, d.reloads
+        yield from (value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped)
+        yield GaugeMetricFamily("rlguard_runs_watched", "Runs (log files) being watched", value=runs)
+        yield CounterMetricFamily("rlguard_runs_dropped", "Log files not watched: over max_runs", value=dropped_runs)
+        yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=last_poll)
+        yield CounterMetricFamily("rlguard_rule_reloads", "Successful rule reloads (SIGHUP)", value=reloads)
+        stats = d.dispatcher.stats() if d.dispatcher is not None and hasattr(d.dispatcher, "stats") else None
+        if stats:
+            notes = GaugeMetricFamily("rlguard_notifications", "Notifications in the outbox by state",
+                                      labels=["state"])
+            for state, n in sorted(stats.items()):
+                notes.add_metric([state], n)
+            yield notes
+
+    @staticmethod
+    def _run(mon, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped) -> None:
+        run, info = mon.run, mon.info
+        for metric, (v, s) in sorted(info.latest.items()):
+            if v is not None:
+                value.add_metric([run, metric], v)
+            step.add_metric([run, metric], s)
+        for a in mon.watchdog.firing():
+            firing.add_metric([run, a.rule, a.kind, a.severity, a.metric], 1)
+        if info.stalled:
+            firing.add_metric([run, "RLG-STALL", "stall", "warning", "step"], 1)
+        for key, n in sorted(info.alerts_total.items()):
+            kind, _, severity = key.partition("|")
+            total.add_metric([run, kind, severity], n)
+        if info.last_update:
+            updated.add_metric([run], info.last_update)
+        if info.last_step is not None:
+            last_step.add_metric([run], info.last_step)
+        stalled.add_metric([run], 1 if info.stalled else 0)
+        stopped.add_metric([run], 1 if info.stopped else 0)
+        errors.add_metric([run], info.parse_errors)
+        dropped.add_metric([run], info.dropped_metrics)
+
+
+def serve(daemon, host: str = "127.0.0.1", port: int = 9108) -> ThreadingHTTPServer:
+    """Serve ``/metrics`` and ``/healthz`` in a background thread; ``.shutdown()`` stops it."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RLGuardCollector(daemon))
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - http.server's naming
+            if self.path.split("?")[0] == "/metrics":
+                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+            elif self.path.split("?")[0] == "/healthz":
+                ok = daemon.last_poll > 0
+                body = json.dumps({"status": "ok" if ok else "starting", "runs": len(daemon.runs),
+                                   "last_poll": daemon.last_poll}).encode()
+                ctype, code = "application/json", 200 if ok else 503
+            else:
+                body, ctype, code = b"not found: try /metrics or /healthz\n", "text/plain", 404
+            self.send_response(code)
+            self.send_header("Content-Type", ctype)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # quiet: scrapes every few seconds
+            pass
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name="rlguard-exporter", daemon=True).start()
+    return server
