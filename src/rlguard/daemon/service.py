@@ -71,6 +71,7 @@ class Daemon:
     def poll(self) -> None:
         with self.lock:
             now = self.clock()
+            urgent = []
             for mon in list(self.runs.values()):
                 alerts, decisions, events = mon.poll(now)
                 for ev in events:
@@ -79,6 +80,12 @@ class Daemon:
                     if d.action is Action.STOP and d.alert is not None:
                         self._stop(mon, d)
                 self._notify(alerts)
+                if alerts:
+                    urgent.append(mon)
+            # a run that alerted is saved at once, so a crash right after does not replay it;
+            # the others wait for the periodic save (a replay is harmless: notifications are
+            # keyed and stop requests idempotent)
+            self.store.save([m.saved() for m in urgent])
             self.last_poll = now
 
     def stall(self) -> None:
@@ -106,7 +113,8 @@ class Daemon:
     # ------------------------------------------------------------------ actions
     def _notify(self, alerts: list[Alert]) -> None:
         for a in alerts:
-            log.warning("[%s] %s %s %s step %s: %s", a.run, a.status, a.severity, a.kind, a.step, a.message)
+            log.warning("[%s] %s %s %s (%s) step %s: %s", a.run, a.status, a.severity, a.kind, a.rule, a.step,
+                        a.message)
         if alerts and self.dispatcher is not None:
             self.dispatcher.submit(alerts)
             self.alerts_sent += len(alerts)

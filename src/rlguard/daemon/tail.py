@@ -67,15 +67,16 @@ class FileTail:
                 st.missing = True
                 out.events.append("deleted")
             return out
-        if st.missing:
-            st.missing = False
+        if st.missing:  # a file at this path again: a new file, whatever inode it got
             out.events.append("restored")
-        if st.inode is not None and info.st_ino != st.inode:
+            self._restart(info.st_ino)
+        elif st.inode is not None and info.st_ino != st.inode:
             out.events.append("rotated")
             self._restart(info.st_ino)
         elif info.st_size < st.offset or (st.fmt in WHOLE_FILE and info.st_size < st.size):
             out.events.append("truncated")
             self._restart(info.st_ino)
+        st = self.state
         st.inode = info.st_ino
         if info.st_size == 0:
             return out

@@ -1,0 +1,215 @@
+"""Slack Block Kit for rlguard messages: what fired, why, what was done, what to check.
+
+Everything that comes from a log (run and metric names, reasons) is untrusted: anyone who can
+write the log can write ``<!channel>`` or ``<http://evil|click here>`` into a run name. All
+such text is escaped as Slack requires (``&``, ``<``, ``>``), which makes mentions and links
+inert, and every text object is bounded below Slack's limits (3000 characters per text
+object, 2000 per field, 10 fields per section, 150 per header, 50 blocks per message),
+counting characters in UTF-16 units as Slack does.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from ..alerts import Alert
+from ..render import HINTS
+from .message import Message
+
+MAX_TEXT = 3000
+MAX_FIELD = 2000
+MAX_FIELDS = 10
+MAX_HEADER = 150
+MAX_BLOCKS = 50
+MAX_VALUE = 300  # one field value: enough for any sane run name
+MAX_LISTED = 20  # alerts listed one by one in a grouped message; the rest are counted
+
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
+_RESOLVED = ":white_check_mark:"
+_ELLIPSIS = "…"
+
+
+def escape(text: object) -> str:
+    """Escape ``&``, ``<`` and ``>``: Slack then shows mentions and links as plain text."""
+    return "".join(_ESCAPES.get(c, c) for c in str(text))
+
+
+def _units(s: str) -> int:
+    return len(s) + sum(1 for c in s if ord(c) > 0xFFFF)
+
+
+def fit(text: object, limit: int) -> str:
+    """Escaped ``text`` in at most ``limit`` UTF-16 units, cut with an ellipsis if needed.
+
+    The cut never splits an escape (``&amp;``) or a surrogate pair, and costs O(limit) even
+    for a 10 MB input.
+    """
+    raw = str(text)
+    head = escape(raw[:limit])
+    if len(raw) <= limit and _units(head) <= limit:
+        return head
+    budget, used, parts = limit - 1, 0, []
+    for c in raw[:budget]:
+        piece = _ESCAPES.get(c, c)
+        cost = _units(piece)
+        if used + cost > budget:
+            break
+        parts.append(piece)
+        used += cost
+    return "".join(parts) + _ELLIPSIS
+
+
+def _plain(text: str) -> str:
+    """Header text: plain_text is not parsed, so keep it to our own words and safe names."""
+    return re.sub(r"[^\w .:,()/+-]", "", text)[:MAX_HEADER]
+
+
+def fmt_value(value: float | None) -> str:
+    if value is None:
+        return "not finite"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return f"{value:.6g}"
+
+
+def action_text(alert: Alert) -> str:
+    """The action taken, in words a person acts on."""
+    if alert.action == "stop":
+        if alert.checkpoint_step is not None:
+            return f"stopped; checkpoint kept at step {alert.checkpoint_step}"
+        return "stopped"
+    if alert.action == "checkpoint":
+        return "checkpoint saved"
+    if alert.action == "alert":
+        return "alert only; the run continues"
+    return str(alert.action)
+
+
+def _field(label: str, value: object) -> dict[str, str]:
+    return {"type": "mrkdwn", "text": f"*{label}*\n" + fit(value, MAX_VALUE)}
+
+
+def _section(text: str) -> dict[str, Any]:
+    return {"type": "section", "text": {"type": "mrkdwn", "text": text[:MAX_TEXT]}}
+
+
+def _header(text: str) -> dict[str, Any]:
+    return {"type": "header", "text": {"type": "plain_text", "text": _plain(text), "emoji": True}}
+
+
+def _context(text: str) -> dict[str, Any]:
+    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[:MAX_TEXT]}]}
+
+
+def _titled(title: str, body: object) -> dict[str, Any]:
+    prefix = f"*{title}*\n"
+    return _section(prefix + fit(body, MAX_TEXT - len(prefix)))
+
+
+def _hints(alerts: list[Alert]) -> dict[str, Any] | None:
+    kinds = [k for k in dict.fromkeys(a.kind for a in alerts) if k in HINTS]
+    if not kinds:
+        return None
+    return _titled("What to check", "\n".join(f"• *{k}*: {HINTS[k]}" for k in kinds))
+
+
+def _footer(message: Message) -> dict[str, Any]:
+    notes = ["rlguard"]
+    if message.repeat:
+        notes.append(f"reminder {message.repeat}: still firing, nothing changed since the last message")
+    if message.possible_duplicate:
+        notes.append("re-sent after an interrupted delivery: if you already saw this, it is a duplicate")
+    return _context(" · ".join(notes))
+
+
+def _worst(alerts: list[Alert]) -> Alert:
+    rank = {"info": 0, "warning": 1, "critical": 2}
+    act = {"alert": 0, "checkpoint": 1, "stop": 2}
+    return max(alerts, key=lambda a: (act.get(a.action, 0), rank.get(a.severity, 2)))
+
+
+def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
+    head = f"{_EMOJI.get(a.severity, ':warning:')} {str(a.severity).capitalize()}: {a.kind}"
+    fields = [_field("Run", a.run), _field("Rule", a.rule), _field("Kind", a.kind),
+              _field("Severity", a.severity), _field("Metric", a.metric),
+              _field("Value", fmt_value(a.value)), _field("Step", a.step),
+              _field("Action", action_text(a))]
+    if a.line is not None:
+        fields.append(_field("Log line", a.line))
+    blocks = [_header(head), {"type": "section", "fields": fields[:MAX_FIELDS]},
+              _titled("Why", a.message), _hints([a])]
+    return [b for b in blocks if b is not None] + [_footer(message)]
+
+
+def _single_resolved(a: Alert, message: Message) -> list[dict[str, Any]]:
+    cleared = (f"*Cleared:* `{fit(a.metric, MAX_VALUE)}` no longer triggers rule "
+               f"`{fit(a.rule, MAX_VALUE)}` ({fit(a.kind, 60)}) in run `{fit(a.run, MAX_VALUE)}`, "
+               f"as of step {a.step} (value {fmt_value(a.value)}).")
+    fields = [_field("Run", a.run), _field("Rule", a.rule), _field("Metric", a.metric),
+              _field("Value", fmt_value(a.value)), _field("Step", a.step),
+              _field("Severity", a.severity)]
+    return [_header(f"{_RESOLVED} Resolved: {a.kind}"), _section(cleared),
+            {"type": "section", "fields": fields}, _titled("Details", a.message), _footer(message)]
+
+
+def _alert_line(a: Alert) -> dict[str, Any]:
+    if a.status == "resolved":
+        head = (f"{_RESOLVED} *cleared: {fit(a.kind, 60)}* · `{fit(a.metric, MAX_VALUE)}` = "
+                f"{fmt_value(a.value)} at step {a.step} · rule {fit(a.rule, MAX_VALUE)}")
+    else:
+        head = (f"{_EMOJI.get(a.severity, ':warning:')} *{fit(a.kind, 60)}* "
+                f"({fit(a.severity, 20)}) · `{fit(a.metric, MAX_VALUE)}` = {fmt_value(a.value)} "
+                f"at step {a.step} · rule {fit(a.rule, MAX_VALUE)} · {fit(action_text(a), 200)}")
+    return _section(head + "\n" + fit(a.message, max(0, MAX_TEXT - _units(head) - 1)))
+
+
+def _grouped(message: Message) -> list[dict[str, Any]]:
+    firing, resolved = message.firing, message.resolved
+    run = message.alerts[0].run
+    if firing:
+        worst = _worst(firing)
+        head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} alerts firing"
+        if resolved:
+            head += f", {len(resolved)} resolved"
+    else:
+        worst, head = None, f"{_RESOLVED} {len(resolved)} alerts resolved"
+    fields = [_field("Run", run), _field("Firing", len(firing)), _field("Resolved", len(resolved))]
+    if worst is not None:
+        fields += [_field("Highest severity", worst.severity), _field("Action", action_text(worst))]
+    blocks = [_header(head), {"type": "section", "fields": fields}]
+    blocks += [_alert_line(a) for a in message.alerts[:MAX_LISTED]]
+    if len(message.alerts) > MAX_LISTED:
+        blocks.append(_context(f"… and {len(message.alerts) - MAX_LISTED} more alert(s) not "
+                               f"listed ({len(message.alerts)} in all)."))
+    hints = _hints(firing)
+    return blocks + ([hints] if hints else []) + [_footer(message)]
+
+
+def fallback_text(message: Message) -> str:
+    """The notification text (shown where blocks are not: push notifications, old clients)."""
+    a = message.alerts[0]
+    if len(message.alerts) > 1:
+        kinds = ", ".join(dict.fromkeys(x.kind for x in message.alerts))
+        text = (f"rlguard: {len(message.firing)} firing, {len(message.resolved)} resolved "
+                f"in run {a.run}: {kinds}")
+    elif a.status == "resolved":
+        text = f"rlguard: resolved {a.kind} in run {a.run}: {a.metric} cleared at step {a.step}"
+    else:
+        text = (f"rlguard: [{a.severity}] {a.kind} in run {a.run}: {a.metric} = "
+                f"{fmt_value(a.value)} at step {a.step}; {action_text(a)}")
+    return fit(text, MAX_TEXT)
+
+
+def render(message: Message) -> dict[str, Any]:
+    """``{"text": ..., "blocks": [...]}`` for a webhook or ``chat.postMessage``."""
+    if not message.alerts:
+        raise ValueError(f"message {message.key} carries no alert")
+    if len(message.alerts) > 1:
+        blocks = _grouped(message)
+    elif message.alerts[0].status == "resolved":
+        blocks = _single_resolved(message.alerts[0], message)
+    else:
+        blocks = _single_firing(message.alerts[0], message)
+    return {"text": fallback_text(message), "blocks": blocks[:MAX_BLOCKS]}

@@ -1,0 +1,123 @@
+"""Routes alerts into the outbox and delivers what is due: the only place that calls out.
+
+``submit`` never touches the network: it routes and writes to SQLite. ``flush`` (called from
+a timer) sends what is due, one item at a time:
+
+1. ``mark_sending`` commits that an attempt starts;
+2. the notifier sends (one HTTP request, with the client's own short retries);
+3. on success ``mark_sent`` commits at once, before anything else is done.
+
+At-least-once, honestly: if the process dies between Slack accepting the request (2) and
+the commit (3), the item is still pending after a restart and is sent again, so one
+duplicate is possible per crash, never more. The window is kept as small as it can be: one
+SQLite commit right after the HTTP response, per item, with no logging or other work in
+between. The redelivery carries ``possible_duplicate`` and says so in the message. A crash
+at any other point loses nothing and duplicates nothing.
+
+A retryable failure is rescheduled with exponential backoff (``backoff_base`` doubling per
+attempt up to ``backoff_cap``), or later if the service asked (``Retry-After``, bounded by
+``max_retry_after``), and ends the round: Slack being down or rate-limiting us is not a
+reason to hammer it with the rest of the queue. A permanent failure, or the
+``max_attempts``-th failed attempt, marks the item dead. With the defaults (24 attempts,
+5 s doubling to 10 min) an item survives about 2.8 hours of Slack being unreachable.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+
+from ..alerts import Alert
+from .base import DeliveryResult, Notifier
+from .message import Message
+from .outbox import Item, Outbox
+from .router import Router
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class FlushCounts:
+    """What one ``flush`` did: messages newly queued by the router tick, and delivery outcomes."""
+
+    queued: int = 0
+    sent: int = 0
+    retried: int = 0
+    dead: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class Dispatcher:
+    """Router -> Outbox -> Notifier, with time from ``clock`` unless ``now`` is given."""
+
+    def __init__(self, router: Router, outbox: Outbox, notifier: Notifier,
+                 clock: Callable[[], float] = time.time, *, max_attempts: int = 24,
+                 backoff_base: float = 5.0, backoff_cap: float = 600.0,
+                 max_retry_after: float = 3600.0, batch: int = 50) -> None:
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.router, self.outbox, self.notifier, self.clock = router, outbox, notifier, clock
+        self.max_attempts, self.batch = max_attempts, batch
+        self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
+        self.max_retry_after = max_retry_after
+        self._lock = threading.Lock()  # the router is not thread-safe; the network is never under it
+
+    def submit(self, alerts: Iterable[Alert], now: float | None = None) -> int:
+        """Route ``alerts`` and queue the resulting messages. Returns how many were new."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            messages = self.router.route(list(alerts), now)
+        return self._enqueue(messages, now)
+
+    def _enqueue(self, messages: list[Message], now: float) -> int:
+        return sum(self.outbox.enqueue(m.key, self.notifier.name, m.to_dict(), now=now)
+                   for m in messages)
+
+    def backoff(self, attempts: int, retry_after: float | None = None) -> float:
+        """Delay before the next attempt, after ``attempts`` failed ones (0 for the first)."""
+        delay = min(self.backoff_cap, self.backoff_base * 2 ** min(attempts, 30))
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_retry_after))
+        return delay
+
+    def flush(self, now: float | None = None) -> FlushCounts:
+        """Emit what the router has due (group waits, reminders), then deliver due items."""
+        now = self.clock() if now is None else now
+        with self._lock:
+            messages = self.router.route([], now)
+        counts = FlushCounts(queued=self._enqueue(messages, now))
+        for item in self.outbox.due(now, channel=self.notifier.name, limit=self.batch):
+            if not self._deliver(item, now, counts):
+                break
+        return counts
+
+    def _deliver(self, item: Item, now: float, counts: FlushCounts) -> bool:
+        """Deliver one item; False when the round should stop (the service is failing)."""
+        message = Message.from_dict(item.payload)
+        message.possible_duplicate = item.interrupted
+        self.outbox.mark_sending(item.id)
+        try:
+            result = self.notifier.deliver(message)
+        except Exception as exc:  # a notifier bug must not kill the flush loop
+            result = DeliveryResult(ok=False, error=f"{type(exc).__name__}: {exc}")
+        if result.ok:
+            self.outbox.mark_sent(item.id, now)  # first thing: this is the duplicate window
+            counts.sent += 1
+            return True
+        error = self.notifier.redact(result.error)
+        if result.permanent or item.attempts + 1 >= self.max_attempts:
+            self.outbox.mark_dead(item.id, error, now)
+            counts.dead += 1
+            why = "permanent failure" if result.permanent else f"{item.attempts + 1} attempts"
+            log.error("notification %s dead (%s): %s", item.key, why, error)
+            return True
+        delay = self.backoff(item.attempts, result.retry_after)
+        self.outbox.mark_retry(item.id, now, delay, error)
+        counts.retried += 1
+        log.warning("notification %s failed (attempt %d), retry in %.0f s: %s",
+                    item.key, item.attempts + 1, delay, error)
+        return False

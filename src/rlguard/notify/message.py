@@ -1,0 +1,48 @@
+"""What the router hands to notifiers: one message, carrying one or more alerts of one group."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..alerts import Alert
+
+
+@dataclass(slots=True)
+class Message:
+    """A notification to send once.
+
+    - ``key``: stable dedupe key (the outbox stores and sends a key once). It is derived from
+      the run, and each alert's rule, metric, status and step, plus the reminder number; never
+      from wall time, so replaying the same alerts yields the same key.
+    - ``group_key``: the group the alerts belong to (the run).
+    - ``status``: ``firing`` if any alert is still firing, else ``resolved``.
+    - ``alerts``: firing alerts first, then the ones that cleared since the last message.
+    - ``repeat``: 0 for a first notification, n for the n-th reminder of an unchanged group.
+    - ``possible_duplicate``: set at delivery when an earlier attempt was interrupted after the
+      request may have reached Slack (see :mod:`rlguard.notify.dispatcher`).
+    """
+
+    key: str
+    group_key: str
+    status: str
+    alerts: list[Alert] = field(default_factory=list)
+    repeat: int = 0
+    possible_duplicate: bool = False
+
+    @property
+    def firing(self) -> list[Alert]:
+        return [a for a in self.alerts if a.status != "resolved"]
+
+    @property
+    def resolved(self) -> list[Alert]:
+        return [a for a in self.alerts if a.status == "resolved"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "group_key": self.group_key, "status": self.status,
+                "alerts": [a.to_dict() for a in self.alerts], "repeat": self.repeat}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Message":
+        return cls(key=d["key"], group_key=d["group_key"], status=d["status"],
+                   alerts=[Alert.from_dict(a) for a in d.get("alerts", [])],
+                   repeat=int(d.get("repeat", 0)))

@@ -1,0 +1,154 @@
+"""A durable outbox on SQLite: every notification is stored before anything is sent.
+
+- ``enqueue(key, ...)`` is idempotent on ``key`` across restarts: the key is UNIQUE in the
+  table and rows are kept after sending, so a replayed alert is stored and sent once.
+- One statement per operation, in autocommit mode: each change is one atomic commit, in WAL
+  mode with ``synchronous=FULL``. A ``kill -9`` at any point loses no queued message.
+- An item counts as sent only when ``mark_sent`` commits, which the dispatcher calls right
+  after the HTTP success. That leaves one window: Slack accepted the request and the process
+  died before the commit. The item is then still pending and is sent again: at-least-once,
+  with at most one duplicate per crash. ``mark_sending`` records that an attempt started, so
+  the redelivery is flagged ``interrupted`` and the message can say it may be a duplicate.
+- Time is always passed in (``now``); nothing here reads a clock.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import StateError
+from .redact import redact
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    id            INTEGER PRIMARY KEY AUTOINCREMENT,
+    key           TEXT    NOT NULL UNIQUE,
+    channel       TEXT    NOT NULL,
+    payload       TEXT    NOT NULL,
+    state         TEXT    NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'sent', 'dead')),
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    next_attempt  REAL    NOT NULL DEFAULT 0,
+    sending       INTEGER NOT NULL DEFAULT 0,
+    created_at    REAL,
+    done_at       REAL,
+    last_error    TEXT
+);
+CREATE INDEX IF NOT EXISTS outbox_due ON outbox (state, next_attempt);
+"""
+_COLUMNS = "id, key, channel, payload, state, attempts, next_attempt, sending, last_error"
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One queued notification. ``interrupted``: an earlier attempt started and never finished
+    (the process died mid-send), so the service may already have it."""
+
+    id: int
+    key: str
+    channel: str
+    payload: dict[str, Any]
+    state: str
+    attempts: int
+    next_attempt: float
+    interrupted: bool
+    last_error: str | None
+
+    @classmethod
+    def _from_row(cls, row: tuple) -> "Item":
+        id_, key, channel, payload, state, attempts, next_attempt, sending, err = row
+        return cls(id_, key, channel, json.loads(payload), state, attempts, next_attempt,
+                   bool(sending), err)
+
+
+class Outbox:
+    """A SQLite-backed queue of notifications, safe to share between threads of one process."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
+                                   check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StateError(f"outbox schema version {version} is newer than this rlguard "
+                             f"understands ({SCHEMA_VERSION})", path=self.path)
+        self._db.executescript(_SCHEMA)
+        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
+    def __repr__(self) -> str:
+        return f"Outbox({self.path!r})"
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    def __enter__(self) -> "Outbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self, sql: str, args: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            return self._db.execute(sql, args)
+
+    def enqueue(self, key: str, channel: str, payload: dict[str, Any], *,
+                now: float | None = None) -> bool:
+        """Store a message, due at once. False (and nothing stored) if ``key`` is already known,
+        whatever its state: pending, sent or dead."""
+        body = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+        cur = self._run("INSERT OR IGNORE INTO outbox (key, channel, payload, created_at) "
+                        "VALUES (?, ?, ?, ?)", (key, channel, body, now))
+        return cur.rowcount == 1
+
+    def due(self, now: float, *, channel: str | None = None, limit: int = 100) -> list[Item]:
+        """Pending items whose ``next_attempt <= now``, oldest due first."""
+        sql = f"SELECT {_COLUMNS} FROM outbox WHERE state = 'pending' AND next_attempt <= ?"
+        args: tuple = (now,)
+        if channel is not None:
+            sql, args = sql + " AND channel = ?", (now, channel)
+        rows = self._run(sql + " ORDER BY next_attempt, id LIMIT ?", (*args, limit)).fetchall()
+        return [Item._from_row(r) for r in rows]
+
+    def get(self, key: str) -> Item | None:
+        row = self._run(f"SELECT {_COLUMNS} FROM outbox WHERE key = ?", (key,)).fetchone()
+        return Item._from_row(row) if row else None
+
+    def mark_sending(self, id: int) -> None:
+        """Record, before the request goes out, that an attempt has started."""
+        self._run("UPDATE outbox SET sending = 1 WHERE id = ? AND state = 'pending'", (id,))
+
+    def mark_sent(self, id: int, now: float) -> None:
+        """The service accepted the item: it will never be due again."""
+        self._run("UPDATE outbox SET state = 'sent', sending = 0, done_at = ? "
+                  "WHERE id = ? AND state = 'pending'", (now, id))
+
+    def mark_retry(self, id: int, now: float, delay: float, error: str) -> int:
+        """A failed attempt: count it, keep the (redacted) error, due again at ``now + delay``.
+        Returns the number of attempts so far."""
+        with self._lock:
+            self._db.execute("UPDATE outbox SET attempts = attempts + 1, sending = 0, "
+                             "next_attempt = ?, last_error = ? WHERE id = ? AND state = 'pending'",
+                             (now + max(0.0, delay), redact(error), id))
+            row = self._db.execute("SELECT attempts FROM outbox WHERE id = ?", (id,)).fetchone()
+        return row[0] if row else 0
+
+    def mark_dead(self, id: int, error: str, now: float | None = None) -> None:
+        """Give up on an item (permanent failure, or too many attempts); kept for inspection."""
+        self._run("UPDATE outbox SET state = 'dead', attempts = attempts + 1, sending = 0, "
+                  "last_error = ?, done_at = ? WHERE id = ? AND state = 'pending'",
+                  (redact(error), now, id))
+
+    def stats(self) -> dict[str, int]:
+        """Counts of items by state: ``{"pending": n, "sent": n, "dead": n}``."""
+        out = {"pending": 0, "sent": 0, "dead": 0}
+        for state, n in self._run("SELECT state, COUNT(*) FROM outbox GROUP BY state").fetchall():
+            out[state] = n
+        return out

@@ -1,0 +1,189 @@
+"""Alertmanager-style routing: which alerts become which message, and when.
+
+Detection says *what* is wrong; this module decides *what to tell*, as Alertmanager does for
+Prometheus. Alerts are grouped by run. Per group:
+
+- A group that starts firing waits ``group_wait`` seconds, so alerts that fire together
+  (a NaN hitting three metrics at once) leave as one message.
+- Later changes to a group that was already notified (a new alert firing; an alert that was
+  notified and has resolved, when ``send_resolved``) are sent at most once per
+  ``group_interval``, counted from the group's last message.
+- An unchanged group that is still firing is re-sent every ``repeat_interval``.
+- The change test compares *which* alerts fire with which were notified. An alert that
+  resolves and fires again before the next message (flapping) changes nothing, so it sends
+  nothing; a flapping metric costs at most one message per ``group_interval``.
+- A firing alert is kept as it first fired (its step, value and reason); repeated firing
+  alerts for the same rule and metric add nothing. A resolved alert that was never notified
+  as firing is dropped.
+
+Time is passed in (``now``), so routing is deterministic. Messages are emitted by ``route``,
+whether it is given new alerts or an empty list (a clock tick). The state is plain JSON
+(``state_dict``/``load_state_dict``). Each message key is derived from the run and each
+alert's rule, metric, status and step, plus the reminder number: never from wall time, so a
+replay of the same alerts, even with the router state lost, gives the same keys and the
+outbox drops them.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any, Iterable
+
+from ..alerts import Alert, Severity
+from ..errors import StateError
+from .message import Message
+
+STATE_VERSION = 1
+
+
+def message_key(group_key: str, alerts: Iterable[Alert], repeat: int = 0) -> str:
+    """Stable dedupe key: run, each alert's (rule, metric, status, step), reminder number."""
+    parts = sorted((a.rule, a.metric, a.status, int(a.step)) for a in alerts)
+    blob = json.dumps([group_key, parts, repeat], ensure_ascii=False, separators=(",", ":"))
+    return "rlg1:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def _identity(alert: Alert) -> str:
+    return json.dumps([alert.rule, alert.metric], ensure_ascii=False)
+
+
+def _rank(severity: str) -> int:
+    try:
+        return Severity(severity).rank
+    except ValueError:
+        return Severity.CRITICAL.rank  # an unknown severity is never filtered out
+
+
+@dataclass(slots=True)
+class _Group:
+    """Routing state of one run."""
+
+    firing: dict[str, Alert] = field(default_factory=dict)  # identity -> alert as it fired
+    notified: set[str] = field(default_factory=set)  # identities told as firing
+    cleared: dict[str, Alert] = field(default_factory=dict)  # told as firing, resolved since
+    changed_at: float | None = None  # first change not yet told
+    last_sent: float | None = None
+    repeats: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"firing": {k: a.to_dict() for k, a in self.firing.items()},
+                "notified": sorted(self.notified),
+                "cleared": {k: a.to_dict() for k, a in self.cleared.items()},
+                "changed_at": self.changed_at, "last_sent": self.last_sent,
+                "repeats": self.repeats}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "_Group":
+        return cls(firing={k: Alert.from_dict(a) for k, a in d["firing"].items()},
+                   notified=set(d["notified"]),
+                   cleared={k: Alert.from_dict(a) for k, a in d["cleared"].items()},
+                   changed_at=d["changed_at"], last_sent=d["last_sent"], repeats=d["repeats"])
+
+
+class Router:
+    """Turns a stream of firing/resolved alerts into few, grouped, de-duplicated messages."""
+
+    def __init__(self, group_wait: float = 30, group_interval: float = 300,
+                 repeat_interval: float = 4 * 3600, send_resolved: bool = True,
+                 min_severity: str = "warning") -> None:
+        for name, value in (("group_wait", group_wait), ("group_interval", group_interval),
+                            ("repeat_interval", repeat_interval)):
+            if not value >= 0:
+                raise ValueError(f"{name} must be >= 0 seconds, got {value!r}")
+        try:
+            self.min_rank = Severity(min_severity).rank
+        except ValueError:
+            valid = ", ".join(s.value for s in Severity)
+            raise ValueError(f"min_severity {min_severity!r} is not one of: {valid}") from None
+        self.group_wait, self.group_interval = float(group_wait), float(group_interval)
+        self.repeat_interval, self.send_resolved = float(repeat_interval), send_resolved
+        self.min_severity = min_severity
+        self._groups: dict[str, _Group] = {}
+
+    def route(self, alerts: Iterable[Alert], now: float) -> list[Message]:
+        """Take in new alerts (possibly none) and return the messages due at ``now``."""
+        for alert in alerts:
+            self._ingest(alert, now)
+        out = []
+        for run in list(self._groups):
+            group = self._groups[run]
+            message = self._tick(run, group, now)
+            if message is not None:
+                out.append(message)
+            if self._idle(group, now):
+                del self._groups[run]
+        return out
+
+    def _ingest(self, alert: Alert, now: float) -> None:
+        if _rank(alert.severity) < self.min_rank or alert.status not in ("firing", "resolved"):
+            return
+        group = self._groups.setdefault(alert.run, _Group())
+        ident = _identity(alert)
+        if alert.status == "firing":
+            if ident in group.firing:
+                return  # still firing: the alert as it first fired stands
+            group.firing[ident] = replace(alert, labels=dict(alert.labels))
+            group.cleared.pop(ident, None)
+        else:
+            if group.firing.pop(ident, None) is None:
+                return  # never seen firing (or a replay): nothing to clear
+            if ident in group.notified:
+                group.cleared[ident] = replace(alert, labels=dict(alert.labels))
+        if group.changed_at is None and self._dirty(group):
+            group.changed_at = now
+
+    def _dirty(self, group: _Group) -> bool:
+        """Whether the group differs from what was last told."""
+        new = any(ident not in group.notified for ident in group.firing)
+        return new or (self.send_resolved and bool(group.cleared))
+
+    def _tick(self, run: str, group: _Group, now: float) -> Message | None:
+        if self._dirty(group):
+            if group.changed_at is None:
+                group.changed_at = now
+            due = group.changed_at + self.group_wait
+            if group.last_sent is not None:
+                due = max(due, group.last_sent + self.group_interval)
+            return self._flush(run, group, now, repeat=False) if now >= due else None
+        group.changed_at = None
+        if group.last_sent is None:
+            return None
+        if group.cleared and now >= group.last_sent + self.group_interval:
+            group.notified.difference_update(group.cleared)  # send_resolved off: forget quietly
+            group.cleared.clear()
+        if group.firing and now >= group.last_sent + self.repeat_interval:
+            return self._flush(run, group, now, repeat=True)
+        return None
+
+    def _flush(self, run: str, group: _Group, now: float, *, repeat: bool) -> Message:
+        firing = [group.firing[k] for k in sorted(group.firing)]
+        cleared = [group.cleared[k] for k in sorted(group.cleared)] if self.send_resolved else []
+        group.repeats = group.repeats + 1 if repeat else 0
+        alerts = firing + cleared
+        group.notified = set(group.firing)
+        group.cleared, group.changed_at, group.last_sent = {}, None, now
+        return Message(key=message_key(run, alerts, group.repeats), group_key=run,
+                       status="firing" if firing else "resolved", alerts=alerts,
+                       repeat=group.repeats)
+
+    def _idle(self, group: _Group, now: float) -> bool:
+        """Nothing firing or to tell, and past the point where the last message still matters."""
+        if group.firing or group.cleared:
+            return False
+        return group.last_sent is None or now - group.last_sent >= self.group_interval
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"version": STATE_VERSION,
+                "groups": {run: g.to_dict() for run, g in self._groups.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            found = state.get("version") if isinstance(state, dict) else type(state).__name__
+            raise StateError(f"router state version {found!r}; this rlguard reads version "
+                             f"{STATE_VERSION}", field="version")
+        try:
+            groups = {run: _Group.from_dict(g) for run, g in state["groups"].items()}
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise StateError(f"corrupt router state ({type(exc).__name__}: {exc})") from None
+        self._groups = groups

@@ -1,0 +1,87 @@
+"""Log content is untrusted: names and sizes are bounded, nothing reaches a shell or a path."""
+from __future__ import annotations
+
+import json
+
+from conftest import append, healthy
+
+from rlguard.daemon.config import DaemonConfig
+from rlguard.daemon.service import Daemon
+from rlguard.exporter import RLGuardCollector
+
+
+def make(tmp_path, **kw) -> Daemon:
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs" / "*" / "*.jsonl")], state_dir=str(tmp_path / "state"), **kw)
+    d = Daemon(cfg, clock=lambda: 1000.0)
+    d.discover()
+    return d
+
+
+def exported(d: Daemon) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for fam in RLGuardCollector(d).collect():
+        out.setdefault(fam.name, []).extend(fam.samples)
+    return out
+
+
+def test_a_million_metric_names_stay_bounded(tmp_path):
+    log = tmp_path / "runs" / "evil" / "metrics.jsonl"
+    rows = [{"step": s, "loss": 0.5, **{f"junk/{s}/{i}": 1.0 for i in range(500)}} for s in range(1, 41)]
+    append(log, rows)  # 20,000 distinct names
+    d = make(tmp_path, max_metrics_per_run=100)
+    d.poll()
+    mon = d.runs[str(log)]
+    assert len(mon.admitted) == 100 and "loss" in mon.admitted
+    assert mon.info.dropped_metrics == 20_000 - 99  # 99 junk names got in with "loss"
+    labels = {s.labels.get("metric") for s in exported(d)["rlguard_metric_value"]}
+    assert labels <= {"train_loss"}  # only metrics the rules watch are exported
+
+
+def test_ten_megabyte_line_and_garbage_do_not_stop_the_watch(tmp_path):
+    log = tmp_path / "runs" / "big" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    with open(log, "w") as f:
+        f.write(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+        f.write('{"step": 2, "note": "' + "x" * 10_000_000 + '"}\n')
+        f.write("\x00\x01 garbage \xff\n")
+        f.write(json.dumps({"step": 3, "loss": 0.4}) + "\n")
+    d = make(tmp_path)
+    d.poll()
+    mon = d.runs[str(log)]
+    assert mon.info.last_step == 3 and mon.info.parse_errors >= 1
+
+
+def test_stop_request_goes_only_into_the_run_directory(tmp_path):
+    """Metric names or values that look like paths or shell never become paths or commands."""
+    log = tmp_path / "runs" / "r" / "metrics.jsonl"
+    rows = [{"step": s, "../../../../tmp/pwned; rm -rf /": 1.0, "reward": 0.5, "reward_std": 0.0}
+            for s in range(1, 8)]
+    append(log, rows)
+    d = make(tmp_path)
+    d.poll()
+    assert (log.parent / "RLGUARD_STOP").is_file()
+    stop = json.loads((log.parent / "RLGUARD_STOP").read_text())
+    assert stop["kind"] == "reward_variance_collapse" and stop["source"] == "rlguard daemon"
+    assert not list(tmp_path.glob("**/pwned*"))
+
+
+def test_stall_alert_fires_and_resolves(tmp_path):
+    log = tmp_path / "runs" / "s" / "metrics.jsonl"
+    append(log, healthy(1, 5))
+    now = [1000.0]
+    cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), stall_after=60)
+    d = Daemon(cfg, clock=lambda: now[0])
+    d.discover()
+    d.poll()
+    now[0] += 59
+    d.stall()
+    assert not d.runs[str(log)].info.stalled
+    now[0] += 2
+    d.stall()
+    mon = d.runs[str(log)]
+    assert mon.info.stalled
+    firing = [s for s in exported(d)["rlguard_alert_firing"] if s.labels["kind"] == "stall"]
+    assert len(firing) == 1
+    append(log, healthy(6, 1))
+    d.poll()
+    assert not mon.info.stalled
