@@ -85,6 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                     "(or set RLGUARD_SLACK_WEBHOOK_URL)")
     d.add_argument("--config", help="YAML daemon config (flags override it)")
     d.add_argument("--poll-interval", type=float, help="seconds between reads of the logs (default 2)")
+    d.add_argument("--eval-interval", type=float,
+                   help="seconds between rule evaluations of a run; records are batched in between (default 10)")
     d.add_argument("--stall-after", type=float, help="seconds without a new step before a stall alert (default 1800)")
     d.add_argument("-v", "--verbose", action="store_true", help="log every watched file and event")
     d.set_defaults(func=cmd_daemon)
@@ -154,7 +156,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     cfg = load_config(args.config, {"watch": args.watch, "state_dir": args.state_dir, "listen": args.listen,
                                     "rules": args.rules, "poll_interval": args.poll_interval,
-                                    "stall_after": args.stall_after})
+                                    "stall_after": args.stall_after, "eval_interval": args.eval_interval})
     if args.slack_webhook_url_file:
         cfg.slack.webhook_url_file = args.slack_webhook_url_file
     if not cfg.watch:

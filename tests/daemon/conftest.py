@@ -31,7 +31,7 @@ class DaemonProc:
 
     def start(self) -> "DaemonProc":
         cmd = [sys.executable, "-m", "rlguard", "daemon", "--watch", str(self.tmp / "runs" / "*" / "*.jsonl"),
-               "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}", "--poll-interval", "0.3",
+               "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}", "--poll-interval", "0.3", "--eval-interval", "0",
                "-v", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "a"),
                                      env={**os.environ, **self.env})

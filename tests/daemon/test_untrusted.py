@@ -11,7 +11,8 @@ from rlguard.exporter import RLGuardCollector
 
 
 def make(tmp_path, **kw) -> Daemon:
-    cfg = DaemonConfig(watch=[str(tmp_path / "runs" / "*" / "*.jsonl")], state_dir=str(tmp_path / "state"), **kw)
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs" / "*" / "*.jsonl")], state_dir=str(tmp_path / "state"),
+                       eval_interval=0, **kw)
     d = Daemon(cfg, clock=lambda: 1000.0)
     d.discover()
     return d
@@ -69,7 +70,7 @@ def test_stall_alert_fires_and_resolves(tmp_path):
     log = tmp_path / "runs" / "s" / "metrics.jsonl"
     append(log, healthy(1, 5))
     now = [1000.0]
-    cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), stall_after=60)
+    cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), stall_after=60, eval_interval=0)
     d = Daemon(cfg, clock=lambda: now[0])
     d.discover()
     d.poll()

@@ -55,6 +55,8 @@ class DaemonConfig(BaseModel):
     listen: str = "127.0.0.1:9108"
     rules: list[str] | None = None
     poll_interval: float = Field(2.0, gt=0, description="seconds between reads of the logs")
+    eval_interval: float = Field(10.0, ge=0, description="seconds between rule evaluations of a run (records are "
+                                                          "batched in between; 0: at every poll)")
     discover_interval: float = Field(10.0, gt=0, description="seconds between glob scans for new files")
     save_interval: float = Field(10.0, gt=0, description="seconds between saves of the state")
     stall_after: float = Field(1800.0, gt=0, description="seconds without a new step before a stall alert")

@@ -73,7 +73,7 @@ class Daemon:
             now = self.clock()
             urgent = []
             for mon in list(self.runs.values()):
-                alerts, decisions, events = mon.poll(now)
+                alerts, decisions, events = mon.poll(now, self.cfg.eval_interval)
                 for ev in events:
                     log.info("%s: %s", mon.path, ev)
                 for d in decisions:
@@ -154,7 +154,9 @@ class Daemon:
             for path, mon in list(self.runs.items()):
                 saved = {"run": mon.run, "tail": mon.tail.state_dict(), "watchdog": mon.watchdog.state_dict(),
                          "info": mon.saved()[4]}
-                self.runs[path] = RunMonitor(path, mon.run, packs, saved, self.cfg.max_metrics_per_run)
+                fresh = RunMonitor(path, mon.run, packs, saved, self.cfg.max_metrics_per_run)
+                fresh.pending, fresh.admitted = mon.pending, mon.admitted
+                self.runs[path] = fresh
             self.reloads += 1
         log.info("rules reloaded: %d rules", sum(len(p.rules) for p in packs))
         return True
