@@ -67,11 +67,19 @@ def _plain(text: str) -> str:
 
 
 def fmt_value(value: float | None) -> str:
+    """A metric value for people (raw text: escape it where it goes into mrkdwn)."""
     if value is None:
         return "not finite"
-    if isinstance(value, float) and not math.isfinite(value):
+    if not isinstance(value, (int, float)):
+        return str(value)[:40]
+    if not math.isfinite(value):
         return "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
     return f"{value:.6g}"
+
+
+def _num(value: object) -> str:
+    """A step or value inside a mrkdwn sentence: short and escaped whatever it is."""
+    return fit(value, 40)
 
 
 def action_text(alert: Alert) -> str:
@@ -146,7 +154,7 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
 def _single_resolved(a: Alert, message: Message) -> list[dict[str, Any]]:
     cleared = (f"*Cleared:* `{fit(a.metric, MAX_VALUE)}` no longer triggers rule "
                f"`{fit(a.rule, MAX_VALUE)}` ({fit(a.kind, 60)}) in run `{fit(a.run, MAX_VALUE)}`, "
-               f"as of step {a.step} (value {fmt_value(a.value)}).")
+               f"as of step {_num(a.step)} (value {_num(fmt_value(a.value))}).")
     fields = [_field("Run", a.run), _field("Rule", a.rule), _field("Metric", a.metric),
               _field("Value", fmt_value(a.value)), _field("Step", a.step),
               _field("Severity", a.severity)]
@@ -157,11 +165,11 @@ def _single_resolved(a: Alert, message: Message) -> list[dict[str, Any]]:
 def _alert_line(a: Alert) -> dict[str, Any]:
     if a.status == "resolved":
         head = (f"{_RESOLVED} *cleared: {fit(a.kind, 60)}* · `{fit(a.metric, MAX_VALUE)}` = "
-                f"{fmt_value(a.value)} at step {a.step} · rule {fit(a.rule, MAX_VALUE)}")
+                f"{_num(fmt_value(a.value))} at step {_num(a.step)} · rule {fit(a.rule, MAX_VALUE)}")
     else:
         head = (f"{_EMOJI.get(a.severity, ':warning:')} *{fit(a.kind, 60)}* "
-                f"({fit(a.severity, 20)}) · `{fit(a.metric, MAX_VALUE)}` = {fmt_value(a.value)} "
-                f"at step {a.step} · rule {fit(a.rule, MAX_VALUE)} · {fit(action_text(a), 200)}")
+                f"({fit(a.severity, 20)}) · `{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} "
+                f"at step {_num(a.step)} · rule {fit(a.rule, MAX_VALUE)} · {fit(action_text(a), 200)}")
     return _section(head + "\n" + fit(a.message, max(0, MAX_TEXT - _units(head) - 1)))
 
 

@@ -14,6 +14,10 @@ SQLite commit right after the HTTP response, per item, with no logging or other 
 between. The redelivery carries ``possible_duplicate`` and says so in the message. A crash
 at any other point loses nothing and duplicates nothing.
 
+The router's state is saved in the outbox, in the same transaction as the messages it
+produced, and restored when a dispatcher is built on the same outbox: after a restart,
+groups, reminders and resolved messages carry on where they were.
+
 A retryable failure is rescheduled with exponential backoff (``backoff_base`` doubling per
 attempt up to ``backoff_cap``), or later if the service asked (``Retry-After``, bounded by
 ``max_retry_after``), and ends the round: Slack being down or rate-limiting us is not a
@@ -30,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 from ..alerts import Alert
+from ..errors import StateError
 from .base import DeliveryResult, Notifier
 from .message import Message
 from .outbox import Item, Outbox
@@ -57,7 +62,8 @@ class Dispatcher:
     def __init__(self, router: Router, outbox: Outbox, notifier: Notifier,
                  clock: Callable[[], float] = time.time, *, max_attempts: int = 24,
                  backoff_base: float = 5.0, backoff_cap: float = 600.0,
-                 max_retry_after: float = 3600.0, batch: int = 50) -> None:
+                 max_retry_after: float = 3600.0, batch: int = 50,
+                 restore_state: bool = True) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self.router, self.outbox, self.notifier, self.clock = router, outbox, notifier, clock
@@ -65,17 +71,36 @@ class Dispatcher:
         self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
         self.max_retry_after = max_retry_after
         self._lock = threading.Lock()  # the router is not thread-safe; the network is never under it
+        self._delivering = threading.Lock()  # one flush at a time, or an item could go out twice
+        self._state_name = f"router:{notifier.name}"
+        if restore_state:
+            self._restore()
+
+    def _restore(self) -> None:
+        state = self.outbox.load_state(self._state_name)
+        if state is None:
+            return
+        try:
+            self.router.load_state_dict(state)
+        except StateError as exc:
+            log.warning("router state in %s not restored, starting fresh: %s", self.outbox.path, exc)
 
     def submit(self, alerts: Iterable[Alert], now: float | None = None) -> int:
         """Route ``alerts`` and queue the resulting messages. Returns how many were new."""
         now = self.clock() if now is None else now
         with self._lock:
-            messages = self.router.route(list(alerts), now)
-        return self._enqueue(messages, now)
+            return self._commit(self.router.route(list(alerts), now), now)
 
-    def _enqueue(self, messages: list[Message], now: float) -> int:
-        return sum(self.outbox.enqueue(m.key, self.notifier.name, m.to_dict(), now=now)
-                   for m in messages)
+    def save_state(self) -> None:
+        """Save the router's state now (``submit`` and ``flush`` save it with their messages)."""
+        with self._lock:
+            self._commit([], self.clock())
+
+    def _commit(self, messages: list[Message], now: float) -> int:
+        """Queue messages and save the router state that produced them, atomically."""
+        rows = [(m.key, self.notifier.name, m.to_dict()) for m in messages]
+        return self.outbox.enqueue_many(rows, now=now,
+                                        state={self._state_name: self.router.state_dict()})
 
     def backoff(self, attempts: int, retry_after: float | None = None) -> float:
         """Delay before the next attempt, after ``attempts`` failed ones (0 for the first)."""
@@ -89,15 +114,21 @@ class Dispatcher:
         now = self.clock() if now is None else now
         with self._lock:
             messages = self.router.route([], now)
-        counts = FlushCounts(queued=self._enqueue(messages, now))
-        for item in self.outbox.due(now, channel=self.notifier.name, limit=self.batch):
-            if not self._deliver(item, now, counts):
-                break
+            counts = FlushCounts(queued=self._commit(messages, now) if messages else 0)
+        with self._delivering:
+            for item in self.outbox.due(now, channel=self.notifier.name, limit=self.batch):
+                if not self._deliver(item, now, counts):
+                    break
         return counts
 
     def _deliver(self, item: Item, now: float, counts: FlushCounts) -> bool:
         """Deliver one item; False when the round should stop (the service is failing)."""
-        message = Message.from_dict(item.payload)
+        try:
+            message = Message.from_dict(item.payload)
+        except (KeyError, TypeError, ValueError) as exc:
+            self.outbox.mark_dead(item.id, f"unreadable payload: {type(exc).__name__}: {exc}", now)
+            counts.dead += 1
+            return True
         message.possible_duplicate = item.interrupted
         self.outbox.mark_sending(item.id)
         try:

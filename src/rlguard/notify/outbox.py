@@ -9,6 +9,8 @@
   died before the commit. The item is then still pending and is sent again: at-least-once,
   with at most one duplicate per crash. ``mark_sending`` records that an attempt started, so
   the redelivery is flagged ``interrupted`` and the message can say it may be a duplicate.
+- ``enqueue_many`` can save named state (the router's) in the same transaction as the
+  messages it produced, so after a crash the two always agree.
 - Time is always passed in (``now``); nothing here reads a clock.
 """
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 from ..errors import StateError
@@ -39,6 +42,7 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error    TEXT
 );
 CREATE INDEX IF NOT EXISTS outbox_due ON outbox (state, next_attempt);
+CREATE TABLE IF NOT EXISTS state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 _COLUMNS = "id, key, channel, payload, state, attempts, next_attempt, sending, last_error"
 
@@ -103,10 +107,33 @@ class Outbox:
                 now: float | None = None) -> bool:
         """Store a message, due at once. False (and nothing stored) if ``key`` is already known,
         whatever its state: pending, sent or dead."""
-        body = json.dumps(payload, ensure_ascii=False, allow_nan=False)
-        cur = self._run("INSERT OR IGNORE INTO outbox (key, channel, payload, created_at) "
-                        "VALUES (?, ?, ?, ?)", (key, channel, body, now))
-        return cur.rowcount == 1
+        return self.enqueue_many([(key, channel, payload)], now=now) == 1
+
+    def enqueue_many(self, rows: Iterable[tuple[str, str, dict[str, Any]]], *,
+                     now: float | None = None, state: dict[str, Any] | None = None) -> int:
+        """Store ``(key, channel, payload)`` rows and save each ``state`` entry (name -> JSON
+        object), all in one transaction. Returns how many rows were new."""
+        encoded = [(k, c, json.dumps(p, ensure_ascii=False, allow_nan=False), now) for k, c, p in rows]
+        if not all(isinstance(k, str) and k for k, *_ in encoded):
+            raise ValueError("every outbox key must be a non-empty string")
+        saved = [(name, json.dumps(v, allow_nan=False)) for name, v in (state or {}).items()]
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                new = sum(self._db.execute("INSERT OR IGNORE INTO outbox (key, channel, payload, "
+                                           "created_at) VALUES (?, ?, ?, ?)", row).rowcount
+                          for row in encoded)
+                self._db.executemany("INSERT OR REPLACE INTO state (name, value) VALUES (?, ?)", saved)
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return new
+
+    def load_state(self, name: str) -> Any:
+        """A state saved by ``enqueue_many``, or None."""
+        row = self._run("SELECT value FROM state WHERE name = ?", (name,)).fetchone()
+        return json.loads(row[0]) if row else None
 
     def due(self, now: float, *, channel: str | None = None, limit: int = 100) -> list[Item]:
         """Pending items whose ``next_attempt <= now``, oldest due first."""

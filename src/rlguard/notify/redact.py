@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 MASK = "[REDACTED]"
 
 _PATTERNS = (
-    re.compile(r"https?://hooks\.slack(?:-gov)?\.com/\S*"),
+    re.compile(r"https?://hooks\.slack(?:-gov)?\.com/[\w/.\-?=&%+~]*"),
     re.compile(r"/services/T[A-Za-z0-9]+/B[A-Za-z0-9]+/[A-Za-z0-9]+"),
     re.compile(r"\bxox[a-z]-[A-Za-z0-9-]+"),
     re.compile(r"\bxapp-[A-Za-z0-9-]+"),

@@ -1,0 +1,158 @@
+"""Router: one message per firing alert, grouping, repeats, resolved, flapping, stable keys."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from notify_helpers import make_alert
+
+from rlguard.errors import StateError
+from rlguard.notify import Outbox, Router, message_key
+
+WAIT, INTERVAL, REPEAT = 30, 300, 4 * 3600
+
+
+def router(**kw) -> Router:
+    return Router(group_wait=WAIT, group_interval=INTERVAL, repeat_interval=REPEAT, **kw)
+
+
+def test_firing_alert_gives_one_message_after_group_wait_not_one_per_step():
+    r = router()
+    assert r.route([make_alert(step=10)], now=0) == []
+    assert r.route([make_alert(step=11)], now=10) == []
+    [m] = r.route([make_alert(step=12)], now=WAIT)
+    assert m.status == "firing" and m.group_key == "run-a" and m.repeat == 0
+    assert [(a.metric, a.step) for a in m.alerts] == [("loss", 10)]  # the alert as it fired
+    for t in range(WAIT + 1, WAIT + 3000, 100):  # still firing at every later step: silence
+        assert r.route([make_alert(step=t)], now=t) == []
+
+
+def test_alerts_of_one_run_within_group_wait_are_one_message():
+    r = router()
+    r.route([make_alert(metric="loss")], now=0)
+    r.route([make_alert(metric="grad_norm", rule="RLG-NAN-G")], now=5)
+    r.route([make_alert(metric="reward", rule="RLG-NAN-R"), make_alert(run="run-b")], now=29)
+    messages = r.route([], now=WAIT)  # run-b's own group_wait is not over yet
+    assert len(messages) == 1
+    assert sorted(a.metric for a in messages[0].alerts) == ["grad_norm", "loss", "reward"]
+    [mb] = r.route([], now=29 + WAIT)
+    assert mb.group_key == "run-b" and len(mb.alerts) == 1
+
+
+def test_group_wait_zero_sends_at_once():
+    r = Router(group_wait=0)
+    [m] = r.route([make_alert(metric=m) for m in ("a", "b", "c")], now=0)
+    assert len(m.alerts) == 3
+
+
+def test_new_alert_in_notified_group_waits_for_group_interval_and_carries_the_group():
+    r = router()
+    r.route([make_alert(metric="loss")], now=0)
+    assert len(r.route([], now=WAIT)) == 1
+    assert r.route([make_alert(metric="kl", rule="RLG-KL")], now=60) == []
+    assert r.route([], now=WAIT + INTERVAL - 1) == []
+    [m] = r.route([], now=WAIT + INTERVAL)
+    assert sorted(a.metric for a in m.alerts) == ["kl", "loss"] and m.repeat == 0
+
+
+def test_repeat_interval_resends_an_unchanged_firing_group_with_a_new_key():
+    r = router()
+    r.route([make_alert()], now=0)
+    [first] = r.route([], now=WAIT)
+    assert r.route([make_alert(step=99)], now=WAIT + REPEAT - 1) == []
+    [again] = r.route([], now=WAIT + REPEAT)
+    [third] = r.route([], now=WAIT + 2 * REPEAT)
+    assert (again.repeat, third.repeat) == (1, 2)
+    assert len({first.key, again.key, third.key}) == 3
+    assert again.alerts[0].step == 10
+
+
+def test_resolved_message_only_for_alerts_notified_as_firing():
+    r = router()
+    r.route([make_alert()], now=0)
+    r.route([], now=WAIT)
+    r.route([make_alert(status="resolved", step=40, message="loss is finite again")], now=100)
+    assert r.route([], now=WAIT + INTERVAL - 1) == []
+    [m] = r.route([], now=WAIT + INTERVAL)
+    assert m.status == "resolved" and [a.status for a in m.alerts] == ["resolved"]
+    assert m.alerts[0].step == 40
+    # fired and cleared before anyone was told: nothing at all
+    r2 = router()
+    r2.route([make_alert(), make_alert(status="resolved", step=12)], now=0)
+    assert r2.route([], now=WAIT) == [] and r2.route([], now=10 * REPEAT) == []
+
+
+def test_send_resolved_off_sends_no_resolved_message():
+    r = router(send_resolved=False)
+    r.route([make_alert()], now=0)
+    assert len(r.route([], now=WAIT)) == 1
+    r.route([make_alert(status="resolved", step=40)], now=100)
+    assert all(r.route([], now=t) == [] for t in range(100, 3 * REPEAT, 600))
+    r.route([make_alert(step=500)], now=3 * REPEAT)  # a later, real re-fire is news again
+    [m] = r.route([], now=3 * REPEAT + WAIT)
+    assert m.alerts[0].step == 500
+
+
+def test_flapping_within_group_interval_sends_no_message_per_flap():
+    r = router()
+    r.route([make_alert(step=1)], now=0)
+    assert len(r.route([], now=WAIT)) == 1
+    sent = []
+    t, step = WAIT + 1, 2
+    while t < WAIT + INTERVAL - 10:  # flap every 10 s until just before the interval ends
+        sent += r.route([make_alert(status="resolved", step=step)], now=t)
+        sent += r.route([make_alert(step=step + 1)], now=t + 5)
+        t, step = t + 10, step + 2
+    sent += r.route([], now=WAIT + INTERVAL)  # ended firing, as it was notified: no news
+    assert sent == []
+    r.route([make_alert(status="resolved", step=step)], now=WAIT + INTERVAL + 1)
+    msgs = [m for t in range(WAIT + INTERVAL + 1, WAIT + 3 * INTERVAL, 10) for m in r.route([], now=t)]
+    assert [m.status for m in msgs] == ["resolved"]
+
+
+def test_flapping_does_not_beat_group_interval_even_after_the_group_is_told_resolved():
+    r = router()
+    r.route([make_alert(step=1)], now=0)
+    times = [WAIT]
+    r.route([], now=WAIT)
+    for i in range(1, 60):  # fire/resolve every 20 s for 20 minutes
+        status = "resolved" if i % 2 else "firing"
+        for m in r.route([make_alert(step=i + 1, status=status)], now=WAIT + 20 * i):
+            times.append(WAIT + 20 * i)
+    assert all(b - a >= INTERVAL for a, b in zip(times, times[1:]))
+    assert len(times) <= 1 + (20 * 60) // INTERVAL
+
+
+def test_min_severity_drops_info_keeps_warning():
+    r = Router(group_wait=0)
+    assert r.route([make_alert(severity="info")], now=0) == []
+    [m] = r.route([make_alert(severity="warning", run="run-w")], now=1)
+    assert m.group_key == "run-w"
+    with pytest.raises(ValueError, match="info, warning, critical"):
+        Router(min_severity="loud")
+
+
+def test_state_round_trip_through_json_keeps_what_was_sent():
+    r = router()
+    r.route([make_alert(metric="loss"), make_alert(metric="kl", rule="RLG-KL")], now=0)
+    [first] = r.route([], now=WAIT)
+    r2 = router()
+    r2.load_state_dict(json.loads(json.dumps(r.state_dict())))
+    assert r2.route([make_alert(metric="loss", step=50)], now=WAIT + 1) == []  # no re-send
+    [again] = r2.route([], now=WAIT + REPEAT)
+    [expected] = r.route([], now=WAIT + REPEAT)
+    assert again.key == expected.key != first.key
+    with pytest.raises(StateError, match="version"):
+        r2.load_state_dict({"version": 99, "groups": {}})
+
+
+def test_keys_come_from_alert_content_not_wall_time_so_a_replay_is_dropped(tmp_path):
+    alerts = [make_alert(metric="loss"), make_alert(metric="kl", rule="RLG-KL")]
+    [m1] = Router(group_wait=0).route(alerts, now=1_000)
+    [m2] = Router(group_wait=0).route(list(reversed(alerts)), now=9_999_999)  # state lost
+    assert m1.key == m2.key == message_key("run-a", alerts)
+    [m3] = Router(group_wait=0).route([make_alert(metric="loss", step=11), alerts[1]], now=1_000)
+    assert m3.key != m1.key
+    box = Outbox(tmp_path / "o.db")
+    assert box.enqueue(m1.key, "slack", m1.to_dict()) is True
+    assert box.enqueue(m2.key, "slack", m2.to_dict()) is False
