@@ -179,3 +179,12 @@ def test_slack_sdk_is_imported_lazily_with_an_install_hint(monkeypatch):
     monkeypatch.setitem(sys.modules, "slack_sdk", None)
     with pytest.raises(ImportError, match=r"pip install 'rlguard\[slack\]'"):
         SlackNotifier(webhook_url="https://hooks.slack.com/services/T1/B1/x")
+
+
+def test_retry_after_parsing():
+    from rlguard.notify.slack import retry_after_seconds
+    assert retry_after_seconds({"Retry-After": "30"}) == 30.0
+    assert retry_after_seconds({"retry-after": ["2.5"]}) == 2.5
+    assert retry_after_seconds({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) is None
+    assert retry_after_seconds({"Retry-After": "-1"}) is None
+    assert retry_after_seconds({}) is None and retry_after_seconds(None) is None

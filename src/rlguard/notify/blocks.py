@@ -15,7 +15,7 @@ from typing import Any
 
 from ..alerts import Alert
 from ..render import HINTS
-from .message import Message
+from .message import Message, action_rank, severity_rank
 
 MAX_TEXT = 3000
 MAX_FIELD = 2000
@@ -133,9 +133,7 @@ def _footer(message: Message) -> dict[str, Any]:
 
 
 def _worst(alerts: list[Alert]) -> Alert:
-    rank = {"info": 0, "warning": 1, "critical": 2}
-    act = {"alert": 0, "checkpoint": 1, "stop": 2}
-    return max(alerts, key=lambda a: (act.get(a.action, 0), rank.get(a.severity, 2)))
+    return max(alerts, key=lambda a: (action_rank(a.action), severity_rank(a.severity)))
 
 
 def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:

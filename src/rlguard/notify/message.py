@@ -4,7 +4,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..alerts import Alert
+from ..alerts import Action, Alert, Severity
+
+
+def severity_rank(severity: str) -> int:
+    """``Severity.rank``; an unknown severity ranks as critical, so it is never filtered out."""
+    try:
+        return Severity(severity).rank
+    except ValueError:
+        return Severity.CRITICAL.rank
+
+
+def action_rank(action: str) -> int:
+    """``Action.rank``; an unknown action ranks as a plain alert."""
+    try:
+        return Action(action).rank
+    except ValueError:
+        return Action.ALERT.rank
 
 
 @dataclass(slots=True)

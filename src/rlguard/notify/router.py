@@ -32,7 +32,7 @@ from typing import Any, Iterable
 
 from ..alerts import Alert, Severity
 from ..errors import StateError
-from .message import Message
+from .message import Message, severity_rank
 
 STATE_VERSION = 1
 
@@ -46,13 +46,6 @@ def message_key(group_key: str, alerts: Iterable[Alert], repeat: int = 0) -> str
 
 def _identity(alert: Alert) -> str:
     return json.dumps([alert.rule, alert.metric], ensure_ascii=False)
-
-
-def _rank(severity: str) -> int:
-    try:
-        return Severity(severity).rank
-    except ValueError:
-        return Severity.CRITICAL.rank  # an unknown severity is never filtered out
 
 
 @dataclass(slots=True)
@@ -116,7 +109,7 @@ class Router:
         return out
 
     def _ingest(self, alert: Alert, now: float) -> None:
-        if _rank(alert.severity) < self.min_rank or alert.status not in ("firing", "resolved"):
+        if severity_rank(alert.severity) < self.min_rank or alert.status not in ("firing", "resolved"):
             return
         group = self._groups.setdefault(alert.run, _Group())
         ident = _identity(alert)

@@ -54,17 +54,22 @@ def _import_sdk() -> Any:
     return slack_sdk
 
 
-def retry_after_seconds(headers: Mapping[str, Any] | None) -> float | None:
-    """The ``Retry-After`` header in seconds (any case; values may be lists), or None."""
+def _retry_after_raw(headers: Mapping[str, Any] | None) -> str | None:
     for name, value in (headers or {}).items():
         if name.lower() == "retry-after":
             raw = value[0] if isinstance(value, (list, tuple)) and value else value
-            try:
-                seconds = float(str(raw).strip())
-            except ValueError:
-                return None
-            return seconds if seconds >= 0 else None
+            return str(raw).strip()
     return None
+
+
+def retry_after_seconds(headers: Mapping[str, Any] | None) -> float | None:
+    """The ``Retry-After`` header in seconds (any case; values may be lists), or None."""
+    raw = _retry_after_raw(headers)
+    try:
+        seconds = float(raw) if raw is not None else -1.0
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def _retry_handlers(max_retries: int, retry_interval: float, max_inline_wait: float) -> list[Any]:
@@ -82,9 +87,8 @@ def _retry_handlers(max_retries: int, retry_interval: float, max_inline_wait: fl
         def _can_retry(self, *, state, request, response=None, error=None) -> bool:  # noqa: ANN001
             if not super()._can_retry(state=state, request=request, response=response, error=error):
                 return False
-            raw = next((v for k, v in response.headers.items() if k.lower() == "retry-after"), None)
-            raw = raw[0] if isinstance(raw, list) and raw else raw
-            return raw is not None and str(raw).strip().isdigit() and int(raw) <= max_inline_wait
+            raw = _retry_after_raw(response.headers)  # slack-sdk sleeps int(raw) seconds
+            return raw is not None and raw.isdigit() and int(raw) <= max_inline_wait
 
     interval = FixedValueRetryIntervalCalculator(retry_interval)
     return [ConnectionErrorRetryHandler(max_retry_count=max_retries, interval_calculator=interval),
