@@ -29,7 +29,8 @@ class Store:
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(str(self.dir / "rlguard-daemon.sqlite3"), timeout=30)
+        # used from the scheduler's threads, one at a time (the daemon holds its lock around every use)
+        self.db = sqlite3.connect(str(self.dir / "rlguard-daemon.sqlite3"), timeout=30, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
         self.db.executescript(SCHEMA)

@@ -28,5 +28,6 @@ def build_dispatcher(cfg: DaemonConfig):
                                                channel=s.channel)
     router = Router(group_wait=s.group_wait, group_interval=s.group_interval, repeat_interval=s.repeat_interval,
                     send_resolved=s.send_resolved, min_severity=s.min_severity)
+    Path(cfg.state_dir).mkdir(parents=True, exist_ok=True)
     outbox = Outbox(Path(cfg.state_dir) / "outbox.sqlite3")
     return Dispatcher(router, outbox, notifier)
