@@ -10,7 +10,9 @@ import sys
 
 import pytest
 
-from conftest import SHARED
+from pathlib import Path
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 KEYS = {"run", "rule", "kind", "severity", "action", "step", "metric", "value", "message"}
 

@@ -119,6 +119,10 @@ class RLGuardCallback(TrainerCallback):
             reason = json.loads(path.read_text() or "{}").get("reason", "no reason given")
         except (ValueError, AttributeError, OSError):
             reason = "no reason given"
+        try:  # handled: a later run in the same directory must not stop on it
+            os.replace(path, path.with_name(path.name + ".handled"))
+        except OSError:
+            pass
         self.stop_reason = f"stop requested via {path.name}: {reason}"
         self._write_stop(state.global_step, None, kind="external", reason=self.stop_reason)
         return True

@@ -6,7 +6,7 @@ import signal
 import subprocess
 
 import pytest
-from conftest import append, constant_reward, healthy
+from daemon_helpers import append, constant_reward, healthy
 
 
 def test_alert_on_metrics_stop_file_and_clean_exit(tmp_path, daemon_factory):

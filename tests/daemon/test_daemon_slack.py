@@ -11,7 +11,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from conftest import append, constant_reward, healthy
+from daemon_helpers import append, constant_reward, healthy
 
 pytest.importorskip("slack_sdk")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notify"))

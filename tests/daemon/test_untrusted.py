@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import append, healthy
+from daemon_helpers import append, healthy
 
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon

@@ -9,7 +9,7 @@ import json
 import pytest
 
 pytest.importorskip("trl")
-from conftest import read_jsonl  # noqa: E402
+from trainer_helpers import read_jsonl  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -91,3 +91,4 @@ def test_stop_file_is_obeyed(tiny, tmp_path):
     assert stop["kind"] == "external" and "daemon saw a stall" in stop["reason"]
     assert trainer.state.global_step == 1
     assert (out / "checkpoint-1").is_dir()
+    assert (out / "RLGUARD_STOP.handled").is_file() and not (out / "RLGUARD_STOP").exists()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import read_jsonl, run_train
+from trainer_helpers import read_jsonl, run_train
 
 from rlguard.alerts import Kind
 
@@ -94,6 +94,7 @@ def test_external_stop_file_is_obeyed(tmp_path):
     assert r.returncode == 0
     stop = json.loads((out / "rlguard" / "stop.json").read_text())
     assert stop["kind"] == "external" and "operator asked" in stop["reason"] and stop["step"] == 1
+    assert (out / "RLGUARD_STOP.handled").is_file() and not (out / "RLGUARD_STOP").exists()
 
 
 def test_bad_config_is_exit_2(tmp_path):

@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import read_jsonl
+from trainer_helpers import read_jsonl
 
 LAUNCH = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
           "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no",

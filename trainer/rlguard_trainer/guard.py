@@ -90,6 +90,7 @@ class Guard:
                 req = json.loads(path.read_text() or "{}")
             except ValueError:
                 req = {}
+            os.replace(path, path.with_name(path.name + ".handled"))  # not to stop the next run here
             return f"stop requested via {path.name}: {req.get('reason', 'no reason given')}"
         if self._signalled:
             return "stop requested by SIGUSR1"

@@ -1,0 +1,81 @@
+"""Helpers for the daemon tests: the daemon as a subprocess, log writers."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class DaemonProc:
+    """``rlguard daemon`` as a real subprocess on a temp dir."""
+
+    def __init__(self, tmp: Path, *extra: str, env: dict | None = None) -> None:
+        self.tmp, self.extra, self.env = tmp, extra, env or {}
+        self.port = free_port()
+        self.state = tmp / "state"
+        self.log = tmp / "daemon.log"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "DaemonProc":
+        cmd = [sys.executable, "-m", "rlguard", "daemon", "--watch", str(self.tmp / "runs" / "*" / "*.jsonl"),
+               "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}", "--poll-interval", "0.3", "--eval-interval", "0",
+               "-v", *self.extra]
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "a"),
+                                     env={**os.environ, **self.env})
+        self.wait_for(lambda: self.healthz() == 200, "daemon did not become healthy")
+        return self
+
+    def healthz(self) -> int | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=1) as r:
+                return r.status
+        except OSError:
+            return None
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+            return r.read().decode()
+
+    def wait_for(self, cond, what: str, timeout: float = 20.0) -> None:
+        end = time.time() + timeout
+        while time.time() < end:
+            if cond():
+                return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            time.sleep(0.1)
+        raise AssertionError(f"{what}; daemon log:\n{self.log.read_text()[-3000:]}")
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        self.proc.send_signal(sig)
+        return self.proc.wait(timeout=20)
+
+
+def append(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+
+
+def healthy(start: int, n: int) -> list[dict]:
+    return [{"step": s, "loss": 0.5, "reward": 0.2 + 0.001 * s, "reward_std": 0.3, "grad_norm": 1.0,
+             "kl": 0.01, "beta": 0.04} for s in range(start, start + n)]
+
+
+def constant_reward(start: int, n: int) -> list[dict]:
+    return [dict(r, reward_std=0.0, frac_reward_zero_std=1.0) for r in healthy(start, n)]
