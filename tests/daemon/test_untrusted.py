@@ -86,3 +86,39 @@ def test_stall_alert_fires_and_resolves(tmp_path):
     append(log, healthy(6, 1))
     d.poll()
     assert not mon.info.stalled
+
+
+def test_stop_command_gets_fixed_argv_and_env_and_signal_reaches_the_pid(tmp_path):
+    """The configured command runs without a shell; the alert is passed in RLGUARD_* env vars
+    (a crafted reason cannot inject arguments); the signal goes to the PID in the run's pid file."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from rlguard.daemon.config import StopConfig
+
+    log = tmp_path / "runs" / "r" / "metrics.jsonl"
+    rows = [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(1, 8)]
+    append(log, rows)
+    out = tmp_path / "env.json"
+    script = ("import json, os, sys; json.dump({'argv': sys.argv[1:], "
+              "'env': {k: v for k, v in os.environ.items() if k.startswith('RLGUARD_')}}, open(sys.argv[1], 'w'))")
+    sleeper = subprocess.Popen([sys.executable, "-c",
+                                "import signal, time, pathlib, sys\n"
+                                "signal.signal(signal.SIGUSR1, lambda *a: (pathlib.Path(sys.argv[1]).write_text('got'), sys.exit(0)))\n"
+                                "time.sleep(30)", str(tmp_path / "signalled")])
+    (log.parent / "trainer.pid").write_text(f"{sleeper.pid}\n")
+    time.sleep(0.3)
+    cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), eval_interval=0,
+                       stop=StopConfig(command=[sys.executable, "-c", script, str(out), "$(touch pwned)"],
+                                       signal="SIGUSR1"))
+    d = Daemon(cfg, clock=lambda: 1000.0)
+    d.discover()
+    d.poll()
+    got = json.loads(out.read_text())
+    assert got["argv"] == [str(out), "$(touch pwned)"]  # passed as a literal argument, never expanded
+    assert got["env"]["RLGUARD_KIND"] == "reward_variance_collapse" and got["env"]["RLGUARD_RUN"] == "r"
+    assert got["env"]["RLGUARD_RUN_DIR"] == str(log.parent.resolve())
+    assert not (tmp_path / "pwned").exists()
+    assert sleeper.wait(timeout=10) == 0 and (tmp_path / "signalled").read_text() == "got"
