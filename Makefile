@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slack,trainer]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slack,trainer,report]'
 	touch $(STAMP)
 
 demo: setup

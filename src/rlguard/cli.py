@@ -91,6 +91,18 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-v", "--verbose", action="store_true", help="log every watched file and event")
     d.set_defaults(func=cmd_daemon)
 
+    rp = sub.add_parser("report", help="write a post-mortem (Markdown, PNG plots, JSON) for one or more runs",
+                        description="Best values and steps, swings, drops judged against the noise, change "
+                                    "points, alerts and the decision rlguard would have taken, per run; several "
+                                    "runs side by side; runs with identical results flagged (duplicate_run).")
+    rp.add_argument("runs", nargs="+", metavar="RUN", help="log files or run directories")
+    rp.add_argument("--out", default="rlguard-report", help="output folder (default: rlguard-report)")
+    rp.add_argument("--metric", action="append", help="metric to report (repeatable; default: evaluation metrics)")
+    rp.add_argument("--baseline", help="a run (path or name) or a number: flag final results worse than it")
+    rp.add_argument("--rules", action="append", metavar="PATH", help="rule packs (default: the shipped pack)")
+    rp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    rp.set_defaults(func=cmd_report)
+
     r = sub.add_parser("rules", help="validate, test and list rule packs")
     rsub = r.add_subparsers(dest="rules_command")
     rc = rsub.add_parser("check", help="validate rule packs and alias tables")
@@ -170,6 +182,18 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise InputError(f"cannot start: {exc}") from None
     return daemon.run_forever()
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import build_report
+
+    rep = build_report(args.runs, args.out, args.metric, args.baseline, args.rules, plots=not args.no_plots)
+    out = Path(args.out)
+    print(f"wrote {out / 'report.md'}, {out / 'report.json'}" + (f" and {len(rep.get('plots', {}))} plot(s)"
+                                                                  if rep.get("plots") else ""))
+    for f in rep["findings"]:
+        print(f"  {f['kind']}: {f['message']}")
+    return 0
 
 
 def cmd_rules_check(args: argparse.Namespace) -> int:

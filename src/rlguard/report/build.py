@@ -1,0 +1,136 @@
+"""``rlguard report``: the post-mortem, written by the tool (report.json, report.md, plots)."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from ..rulespec import load_packs
+from .analysis import change_points, headline, mode_of, noise_sigma, swings, worst_drop
+from .compare import duplicate_runs, side_by_side, summary
+from .load import RunData, load_run
+
+
+def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = None,
+                 baseline: str | None = None, rules: list[str] | None = None, plots: bool = True) -> dict:
+    packs = load_packs(rules)
+    taken: set[str] = set()
+    runs = [load_run(p, packs, taken=taken) for p in paths]
+    base_run, base_value = _baseline(baseline, runs, packs, taken)
+    watched = metrics or _watched(runs)
+    report = {"version": 1, "runs": [run_section(r, watched) for r in runs], "metrics": watched}
+    if len(runs) > 1:
+        report["comparison"] = {m: {"summary": summary(runs, m), "table": side_by_side(runs, m)} for m in watched
+                                if sum(m in r.series for r in runs) > 1}
+    report["findings"] = duplicate_runs(runs) + _regressions(runs, watched, base_run, base_value)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if plots:
+        from .plots import plot_metrics
+
+        report["plots"] = plot_metrics(runs, report, out / "plots")
+    (out / "report.json").write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n")
+    from .markdown import render
+
+    (out / "report.md").write_text(render(report))
+    return report
+
+
+def _watched(runs: list[RunData]) -> list[str]:
+    """Evaluation metrics of the runs; training reward/loss when a run has no evaluations."""
+    seen: list[str] = []
+    for r in runs:
+        for m in r.eval_metrics() or [m for m in ("reward_mean", "train_loss") if m in r.series]:
+            if m not in seen:
+                seen.append(m)
+    return seen
+
+
+def run_section(r: RunData, watched: list[str]) -> dict:
+    sec = {"name": r.name, "path": r.path, "format": r.fmt, "steps": list(r.steps) if r.steps else None,
+           "config": r.config, "metrics": {}}
+    for m in watched:
+        if m not in r.series:
+            continue
+        steps, values = r.series[m]
+        mode = mode_of(m)
+        sec["metrics"][m] = {"mode": mode, **headline(steps, values, mode), "noise_sigma": noise_sigma(values),
+                             "swings": swings(steps, values), "worst_drop": worst_drop(steps, values, mode),
+                             "change_points": change_points(steps, values)}
+    sec["alerts"] = [a.to_dict() for a in r.alerts if a.status == "firing"]
+    sec["decision"] = _decision(r)
+    return sec
+
+
+def _decision(r: RunData) -> dict:
+    """Where rlguard would have stopped, which checkpoint it would keep, what that saves."""
+    if r.stop is None or r.stop.alert is None:
+        return {"stop": None, "note": "rlguard would have let this run finish"}
+    a = r.stop.alert
+    last = r.steps[1] if r.steps else a.step
+    saved = max(0, last - a.step)
+    secs = r.step_seconds()
+    return {"stop": a.step, "kind": a.kind, "rule": a.rule, "reason": a.message, "keep_checkpoint_step": a.checkpoint_step,
+            "steps_saved": saved, "time_saved_s": saved * secs if secs else None}
+
+
+def _baseline(baseline, runs, packs, taken):
+    """``--baseline`` is a run (path or the name of a run in the report) or a number."""
+    if baseline is None:
+        return None, None
+    try:
+        return None, float(baseline)
+    except ValueError:
+        pass
+    for r in runs:
+        if baseline in (r.name, r.path):
+            return r, None
+    return load_run(baseline, packs, taken=taken), None
+
+
+def _regressions(runs, watched, base_run, base_value) -> list[dict]:
+    out = []
+    for r in runs:
+        mine = _run_regressions(r, watched, base_run, base_value)
+        out += mine
+        if len(mine) > 1:
+            mean = sum(f["delta"] for f in mine) / len(mine)
+            out.append({"kind": "regression", "run": r.name, "metric": "mean", "delta": mean,
+                        "message": f"{r.name}: worse than the baseline on {len(mine)} metrics, "
+                                   f"mean {mean:+.3g} points"})
+    return out
+
+
+def _run_regressions(r, watched, base_run, base_value) -> list[dict]:
+    if r is base_run:
+        return []
+    out = []
+    for m in watched:
+        if m not in r.series:
+            continue
+        mode = mode_of(m)
+        h = headline(*r.series[m], mode)
+        if not h.get("evaluations"):
+            continue
+        ref = base_value
+        if base_run is not None and m in base_run.series:
+            ref = headline(*base_run.series[m], mode).get("final")
+        if ref is None:
+            continue
+        if (h["final"] < ref) if mode == "max" else (h["final"] > ref):
+            out.append({"kind": "regression", "run": r.name, "metric": m, "final": h["final"], "baseline": ref,
+                        "delta": h["final"] - ref,
+                        "message": f"{r.name}: final {m} {h['final']:.4g} is worse than the baseline "
+                                   f"{ref:.4g} ({h['final'] - ref:+.4g})"})
+    return out
+
+
+def _clean(x):
+    """JSON without NaN: non-finite numbers become null."""
+    if isinstance(x, dict):
+        return {k: _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x

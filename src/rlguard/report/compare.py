@@ -1,0 +1,136 @@
+"""Several runs side by side, and the cross-run sanity checks nobody did by hand in time:
+runs whose evaluation results are identical although their configs differ (seed 002), and
+runs whose curves cannot be told apart within the noise (seed 003)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .analysis import headline, mode_of, noise_sigma, swings
+from .load import RunData
+
+
+def side_by_side(runs: list[RunData], metric: str) -> dict:
+    """Per step, per run values of ``metric``; the difference to the first run; the winner."""
+    mode = mode_of(metric)
+    table: dict[int, dict[str, float]] = {}
+    for r in runs:
+        if metric in r.series:
+            for s, v in zip(*r.series[metric]):
+                if math.isfinite(v):
+                    table.setdefault(int(s), {})[r.name] = float(v)
+    rows = []
+    for step in sorted(table):
+        vals = table[step]
+        row = {"step": step, "values": vals}
+        if runs[0].name in vals:
+            ref = vals[runs[0].name]
+            row["diff_vs_first"] = {n: v - ref for n, v in vals.items() if n != runs[0].name}
+        if len(vals) > 1:
+            row["winner"] = (max if mode == "max" else min)(vals, key=vals.get)
+        rows.append(row)
+    return {"metric": metric, "mode": mode, "rows": rows}
+
+
+def summary(runs: list[RunData], metric: str) -> dict:
+    """Relative gaps of the bests, who reached their best sooner, winners per dimension."""
+    mode = mode_of(metric)
+    heads = {r.name: headline(*r.series[metric], mode) for r in runs if metric in r.series}
+    heads = {n: h for n, h in heads.items() if h.get("evaluations")}
+    if len(heads) < 2:
+        return {}
+    first = runs[0].name
+    better = max if mode == "max" else min
+    out = {"metric": metric, "gap_vs_first_pct": {}, "best_step_vs_first": {}}
+    for n, h in heads.items():
+        if n != first and first in heads:
+            ref = heads[first]
+            out["gap_vs_first_pct"][n] = (h["best"] - ref["best"]) / abs(ref["best"]) * 100 if ref["best"] else None
+            out["best_step_vs_first"][n] = h["best_step"] - ref["best_step"]
+    stab = {r.name: swings(*r.series[metric]).get("largest_swing_pct") for r in runs if r.name in heads}
+    out["winners"] = {
+        "best value": better(heads, key=lambda n: heads[n]["best"]),
+        "final value": better(heads, key=lambda n: heads[n]["final"]),
+        "reached best sooner": min(heads, key=lambda n: heads[n]["best_step"]),
+        "steadier (smaller largest swing)": min((n for n in stab if stab[n] is not None), key=stab.get, default=None),
+    }
+    return out
+
+
+def duplicate_runs(runs: list[RunData]) -> list[dict]:
+    """``duplicate_run`` findings for every pair of runs (see the module docstring)."""
+    findings = []
+    for i, a in enumerate(runs):
+        for b in runs[i + 1:]:
+            f = _identical_evals(a, b) or _indistinguishable(a, b)
+            if f:
+                findings.append(f)
+    return findings
+
+
+def _config_diff(a: RunData, b: RunData) -> dict:
+    keys = set(a.config) | set(b.config)
+    skip = {"output_dir", "run_name", "logging_dir", "resume", "seed"}
+    return {k: [a.config.get(k), b.config.get(k)] for k in sorted(keys - skip) if a.config.get(k) != b.config.get(k)}
+
+
+def _identical_evals(a: RunData, b: RunData) -> dict | None:
+    shared = [m for m in a.eval_metrics() if m in b.series]
+    pairs = []
+    for m in shared:
+        sa, va = a.series[m]
+        sb, vb = b.series[m]
+        common = sorted(set(sa.tolist()) & set(sb.tolist()))
+        da, db = dict(zip(sa.tolist(), va.tolist())), dict(zip(sb.tolist(), vb.tolist()))
+        pairs += [(da[s], db[s]) for s in common]
+    if len(pairs) < 2:
+        return None
+    x, y = np.array(pairs).T
+    exact = np.all(x == y)
+    rounding = np.all(np.abs(x - y) <= 0.5 * _quantum(np.concatenate([x, y])) + 1e-12)
+    if not (exact or rounding):
+        return None
+    diff = _config_diff(a, b)
+    why = (f"their configs differ ({', '.join(f'{k}: {u} vs {w}' for k, (u, w) in diff.items())})" if diff
+           else "compare their configs: if they differ, the runs did not do what their settings say")
+    return {"kind": "duplicate_run", "runs": [a.name, b.name], "check": "identical evaluation results",
+            "metrics": shared, "values_compared": len(pairs), "exact": bool(exact), "config_diff": diff,
+            "message": f"{a.name} and {b.name} have {'identical' if exact else 'identical (within rounding)'} "
+                       f"evaluation results on {len(pairs)} values ({', '.join(shared)}) although {why}: "
+                       f"almost certainly the same checkpoint or the same outputs evaluated twice"}
+
+
+def _indistinguishable(a: RunData, b: RunData) -> dict | None:
+    """Every shared metric (5+ shared steps) differs by less than its own noise, on average."""
+    checked = []
+    for m in sorted(set(a.series) & set(b.series)):
+        sa, va = a.series[m]
+        sb, vb = b.series[m]
+        da, db = dict(zip(sa.tolist(), va.tolist())), dict(zip(sb.tolist(), vb.tolist()))
+        common = [s for s in sorted(set(da) & set(db)) if math.isfinite(da[s]) and math.isfinite(db[s])]
+        if len(common) < 5:
+            continue
+        x, y = np.array([da[s] for s in common]), np.array([db[s] for s in common])
+        sigma = max(noise_sigma(x) or 0.0, noise_sigma(y) or 0.0)
+        scale = max(sigma, 1e-9 * max(1.0, float(np.abs(x).mean())))
+        if np.abs(x - y).mean() > scale:
+            return None
+        checked.append(m)
+    diff = _config_diff(a, b)
+    if len(checked) < 2 or not diff:
+        return None  # the same config giving the same curves is expected, not a finding
+    return {"kind": "duplicate_run", "runs": [a.name, b.name], "check": "curves indistinguishable within noise",
+            "metrics": checked, "config_diff": diff,
+            "message": f"{a.name} and {b.name} have curves indistinguishable within noise on {len(checked)} "
+                       f"metrics although their configs differ ({', '.join(diff)}): the setting had no effect"}
+
+
+def _quantum(x: np.ndarray) -> float:
+    """The printed resolution of values like 57.0 / 56.1 (0.1): the largest power of ten that
+    divides all of them (capped at 1)."""
+    for d in range(0, 7):
+        q = 10.0 ** -d
+        if np.all(np.abs(np.round(x / q) * q - x) < 1e-9 * np.maximum(1, np.abs(x))):
+            return q
+    return 0.0

@@ -1,0 +1,105 @@
+"""report.md: the numbers of report.json, laid out the way a person reads a post-mortem."""
+from __future__ import annotations
+
+from ..detectors.base import fmt
+
+
+def render(rep: dict) -> str:
+    out = ["# rlguard report", ""]
+    names = ", ".join(f"`{r['name']}`" for r in rep["runs"])
+    out += [f"Runs: {names}. Watched metrics: {', '.join(rep['metrics']) or 'none found'}.", ""]
+    if rep.get("findings"):
+        out += ["## Findings", ""]
+        out += [f"- **{f['kind']}**: {f['message']}" for f in rep["findings"]]
+        out.append("")
+    if rep.get("comparison"):
+        out += _comparison(rep)
+    for r in rep["runs"]:
+        out += _run(r)
+    if rep.get("plots"):
+        out += ["## Plots", "", "Stars mark each run's best, dashed red lines a stop, red triangles alerts, dotted "
+                "lines change points.", ""]
+        out += [f"![{m}]({path})" for m, path in rep["plots"].items()]
+        out.append("")
+    return "\n".join(out) + "\n"
+
+
+def _comparison(rep: dict) -> list[str]:
+    out = ["## Runs side by side", ""]
+    for m, comp in rep["comparison"].items():
+        s, t = comp["summary"], comp["table"]
+        names = [r["name"] for r in rep["runs"]]
+        out += [f"### {m} ({'higher' if t['mode'] == 'max' else 'lower'} is better)", ""]
+        out.append("| step | " + " | ".join(names) + (" | difference | winner |" if len(names) == 2 else " | winner |"))
+        out.append("|---" * (len(names) + (3 if len(names) == 2 else 2)) + "|")
+        for row in t["rows"]:
+            cells = [fmt(row["values"][n]) if n in row["values"] else "" for n in names]
+            diff = []
+            if len(names) == 2:
+                d = row.get("diff_vs_first", {}).get(names[1])
+                diff = [f"{d:+.4g}" if d is not None else ""]
+            out.append(f"| {row['step']} | " + " | ".join(cells + diff + [row.get("winner", "")]) + " |")
+        out.append("")
+        for n, gap in s.get("gap_vs_first_pct", {}).items():
+            sooner = s["best_step_vs_first"][n]
+            when = (f"{-sooner} steps sooner" if sooner < 0 else f"{sooner} steps later" if sooner > 0
+                    else "at the same step")
+            out.append(f"- `{n}` vs `{names[0]}`: best {gap:+.1f}%; reached its best {when}.")
+        for dim, who in s.get("winners", {}).items():
+            out.append(f"- winner on {dim}: `{who}`")
+        out.append("")
+    return out
+
+
+def _run(r: dict) -> list[str]:
+    out = [f"## Run `{r['name']}`", "", f"Log: `{r['path']}` ({r['format']}), steps {r['steps'][0]}..{r['steps'][1]}"
+           if r["steps"] else f"Log: `{r['path']}`", ""]
+    if r["metrics"]:
+        out += ["| metric | best | at step | final | steps to within 1% of best | largest swing | noise sigma |",
+                "|---|---|---|---|---|---|---|"]
+        for m, s in r["metrics"].items():
+            if not s.get("evaluations"):
+                continue
+            sw = s["swings"].get("largest_swing_pct")
+            out.append(f"| {m} | {fmt(s['best'])} | {s['best_step']} | {fmt(s['final'])} | "
+                       f"{s['steps_to_within_1pct_of_best']} | {'' if sw is None else f'{sw:.1f}%'} | "
+                       f"{fmt(s['noise_sigma']) if s['noise_sigma'] else 'n/a'} |")
+        out.append("")
+        for m, s in r["metrics"].items():
+            out += _metric_notes(m, s)
+    out += ["### Alerts", ""]
+    out += [f"- step {a['step']} **{a['severity']}** `{a['kind']}` ({a['rule']}): {a['message']}" for a in r["alerts"]] \
+        or ["- none"]
+    d = r["decision"]
+    out += ["", "### Decision", ""]
+    if d["stop"] is None:
+        out.append(f"- {d['note']}.")
+    else:
+        keep = f"; keep the checkpoint of step {d['keep_checkpoint_step']}" if d["keep_checkpoint_step"] is not None else ""
+        t = f" (about {d['time_saved_s'] / 3600:.1f} h)" if d.get("time_saved_s") else ""
+        out.append(f"- rlguard would have stopped at step {d['stop']} ({d['kind']}){keep}: {d['steps_saved']} steps "
+                   f"saved{t}.")
+        out.append(f"- reason: {d['reason']}")
+    out.append("")
+    return out
+
+
+def _metric_notes(m: str, s: dict) -> list[str]:
+    out = []
+    sw = s["swings"]
+    if sw:
+        fall, rise = sw["largest_fall"], sw["largest_rise"]
+        out.append(f"- {m}: largest fall {fall['pct']:+.1f}% (step {fall['from_step']} -> {fall['to_step']}), "
+                   f"largest rise {rise['pct']:+.1f}% (step {rise['from_step']} -> {rise['to_step']}).")
+    wd = s.get("worst_drop")
+    if wd:
+        z = f"{wd['z']:.1f} sigma" if wd["z"] is not None else "noise unknown"
+        rec = "; it recovered within two evaluations" if wd["recovered_within_2_evals"] else ""
+        out.append(f"- {m}: deepest drop at step {wd['step']} ({fmt(wd['value'])}, {wd['pct']:+.1f}% from the best "
+                   f"so far {fmt(wd['from_best'])} at step {wd['best_step']}) is {z}{rec}: **{wd['verdict']}**.")
+    for c in s.get("change_points", []):
+        out.append(f"- {m}: change point at step {c['step']}: level {fmt(c['before'])} -> {fmt(c['after'])} "
+                   f"({c['pct']:+.1f}%).")
+    if not s.get("change_points") and s.get("noise_sigma"):
+        out.append(f"- {m}: no change point beyond the noise (ruptures, KernelCPD).")
+    return out + ([""] if out else [])
