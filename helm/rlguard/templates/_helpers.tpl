@@ -1,0 +1,133 @@
+{{/*
+Names and labels. Resource names are cut to 63 characters (DNS labels).
+*/}}
+{{- define "rlguard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* RELEASE-rlguard, or the release name alone when it already contains the chart name. */}}
+{{- define "rlguard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rlguard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rlguard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rlguard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "rlguard.labels" -}}
+helm.sh/chart: {{ include "rlguard.chart" . }}
+{{ include "rlguard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: daemon
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "rlguard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "rlguard.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "rlguard.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{- define "rlguard.claimName" -}}
+{{- default (printf "%s-state" (include "rlguard.fullname" .)) .Values.persistence.existingClaim }}
+{{- end }}
+
+{{/*
+Paths inside the pod. The daemon config names them, and the Deployment mounts them.
+*/}}
+{{- define "rlguard.stateDir" -}}/var/lib/rlguard{{- end }}
+{{- define "rlguard.configFile" -}}/etc/rlguard/config/config.yaml{{- end }}
+{{- define "rlguard.rulesDir" -}}/etc/rlguard/rules{{- end }}
+{{- define "rlguard.defaultPack" -}}/opt/rlguard/rules/default.yaml{{- end }}
+{{- define "rlguard.slackDir" -}}/etc/rlguard/slack{{- end }}
+{{- define "rlguard.slackFile" -}}{{ include "rlguard.slackDir" . }}/webhook-url{{- end }}
+
+{{/* 0.0.0.0, not the daemon's default 127.0.0.1: the Service, probes and Prometheus come from outside the pod. */}}
+{{- define "rlguard.listen" -}}0.0.0.0:{{ .Values.daemon.port }}{{- end }}
+
+{{/*
+The daemon's YAML config (`rlguard daemon --config`), from .Values.config and the routing part
+of .Values.slack. Never the webhook URL: the Deployment passes the Secret's file with
+--slack-webhook-url-file.
+*/}}
+{{- define "rlguard.daemonConfig" -}}
+{{- $c := .Values.config -}}
+{{- $stop := dict "pid_file" $c.stop.pidFile "command_timeout" $c.stop.commandTimeout -}}
+{{- if $c.stop.signal }}{{ $_ := set $stop "signal" $c.stop.signal }}{{ end -}}
+{{- if $c.stop.command }}{{ $_ := set $stop "command" $c.stop.command }}{{ end -}}
+{{- $s := .Values.slack -}}
+{{- $slack := dict "group_wait" $s.groupWait "group_interval" $s.groupInterval "repeat_interval" $s.repeatInterval "send_resolved" $s.sendResolved "min_severity" $s.minSeverity -}}
+{{- $cfg := dict "watch" $c.watch "state_dir" (include "rlguard.stateDir" .) "listen" (include "rlguard.listen" .) "poll_interval" $c.pollInterval "eval_interval" $c.evalInterval "discover_interval" $c.discoverInterval "save_interval" $c.saveInterval "stall_after" $c.stallAfter "max_runs" $c.maxRuns "max_metrics_per_run" $c.maxMetricsPerRun "stop" $stop "slack" $slack -}}
+{{- if .Values.rules }}
+{{- $rules := list (include "rlguard.rulesDir" .) }}
+{{- if .Values.rulesIncludeDefault }}{{ $rules = prepend $rules (include "rlguard.defaultPack" .) }}{{ end }}
+{{- $_ := set $cfg "rules" $rules }}
+{{- end -}}
+{{ toYaml $cfg }}
+{{- end }}
+
+{{/*
+The groups of files/prometheus-rules.yaml. Its selectors say job="rlguard"; that becomes
+job="<prometheusRule.jobName>" (default: the chart name, the job the ServiceMonitor's jobLabel
+gives). .Values.prometheusRule.ruleLabels are added to every alerting rule (labels the file
+sets win).
+*/}}
+{{- define "rlguard.prometheusRuleGroups" -}}
+{{- $raw := .Files.Get "files/prometheus-rules.yaml" }}
+{{- if not $raw }}
+{{- fail "prometheusRule.enabled needs files/prometheus-rules.yaml in the chart" }}
+{{- end }}
+{{- $job := default (include "rlguard.name" .) .Values.prometheusRule.jobName }}
+{{- $raw = replace "job=\"rlguard\"" (printf "job=\"%s\"" $job) $raw }}
+{{- $doc := fromYaml $raw }}
+{{- if hasKey $doc "Error" }}
+{{- fail (printf "files/prometheus-rules.yaml is not valid YAML: %s" $doc.Error) }}
+{{- end }}
+{{- if not $doc.groups }}
+{{- fail "files/prometheus-rules.yaml has no groups" }}
+{{- end }}
+{{- $extra := .Values.prometheusRule.ruleLabels }}
+{{- range $g := $doc.groups }}
+{{- range $r := $g.rules }}
+{{- if and $extra (hasKey $r "alert") }}
+{{- $_ := set $r "labels" (merge (deepCopy (default (dict) $r.labels)) $extra) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- toYaml $doc.groups }}
+{{- end }}
+
+{{/*
+Fails when a Slack credential was pasted anywhere in the values (an extraEnv value, an
+annotation, a stop command...): it would land in a manifest and in the release history.
+*/}}
+{{- define "rlguard.noCredentials" -}}
+{{- $all := toJson .Values }}
+{{- if regexMatch "hooks\\.slack\\.com/|xox[abpr]-[0-9A-Za-z-]{10,}" $all }}
+{{- fail "a Slack webhook URL or token is in the values: keep it in a Secret and set slack.existingSecret (and slack.key)" }}
+{{- end }}
+{{- end }}
