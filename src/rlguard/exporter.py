@@ -95,6 +95,15 @@ class RLGuardCollector:
         dropped.add_metric([run], info.dropped_metrics)
 
 
+def _health(daemon) -> str:
+    """ok; starting (no poll yet); stuck (no poll for 5 poll intervals, at least 60 s: a hung
+    loop, so a liveness probe restarts the process)."""
+    if daemon.last_poll <= 0:
+        return "starting"
+    interval = getattr(getattr(daemon, "cfg", None), "poll_interval", 2.0)
+    return "ok" if daemon.clock() - daemon.last_poll < max(60.0, 5 * interval) else "stuck"
+
+
 def serve(daemon, host: str = "127.0.0.1", port: int = 9108) -> ThreadingHTTPServer:
     """Serve ``/metrics`` and ``/healthz`` in a background thread; ``.shutdown()`` stops it."""
     registry = CollectorRegistry(auto_describe=False)
@@ -105,10 +114,9 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108) -> ThreadingHTTPSer
             if self.path.split("?")[0] == "/metrics":
                 body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
             elif self.path.split("?")[0] == "/healthz":
-                ok = daemon.last_poll > 0
-                body = json.dumps({"status": "ok" if ok else "starting", "runs": len(daemon.runs),
-                                   "last_poll": daemon.last_poll}).encode()
-                ctype, code = "application/json", 200 if ok else 503
+                status = _health(daemon)
+                body = json.dumps({"status": status, "runs": len(daemon.runs), "last_poll": daemon.last_poll}).encode()
+                ctype, code = "application/json", 200 if status == "ok" else 503
             else:
                 body, ctype, code = b"not found: try /metrics or /healthz\n", "text/plain", 404
             self.send_response(code)
