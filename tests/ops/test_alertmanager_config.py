@@ -1,0 +1,69 @@
+"""ops/alertmanager/alertmanager.example.yaml: amtool accepts it, every rlguard alert routes to
+the Slack receiver (critical ones with a shorter repeat), other alerts do not, the webhook URL
+is read from a file, and the message templates render."""
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+import yaml
+from ops_helpers import AM_EXAMPLE, RULES
+
+pytestmark = pytest.mark.skipif(shutil.which("amtool") is None,
+                                reason="amtool (Debian package prometheus-alertmanager) not installed")
+
+
+def amtool(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["amtool", *args], capture_output=True, text=True)
+
+
+def config() -> dict:
+    return yaml.safe_load(AM_EXAMPLE.read_text())
+
+
+def test_amtool_check_config():
+    r = amtool("check-config", str(AM_EXAMPLE))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "SUCCESS" in r.stdout
+
+
+def routed_to(labels: dict) -> str:
+    r = amtool("config", "routes", "test", f"--config.file={AM_EXAMPLE}", *(f"{k}={v}" for k, v in labels.items()))
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def test_every_rlguard_alert_goes_to_slack_and_nothing_else_does():
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    for rule in rules:
+        labels = {"alertname": rule["alert"], "run": "grpo-7b", **rule["labels"]}
+        assert routed_to(labels) == "rlguard-slack", rule["alert"]
+    assert routed_to({"alertname": "NodeDown", "severity": "critical"}) == "default"
+
+
+def test_grouping_repeats_and_resolved():
+    route = next(r for r in config()["route"]["routes"] if r["receiver"] == "rlguard-slack")
+    assert route["matchers"] == ['source="rlguard"']
+    assert route["group_by"] == ["run"]
+    assert route["repeat_interval"] == "4h"
+    [critical] = route["routes"]
+    assert critical["matchers"] == ['severity="critical"'] and critical["repeat_interval"] == "1h"
+    [slack] = next(r for r in config()["receivers"] if r["name"] == "rlguard-slack")["slack_configs"]
+    assert slack["send_resolved"] is True
+
+
+def test_the_webhook_url_is_never_inline():
+    [slack] = next(r for r in config()["receivers"] if r["name"] == "rlguard-slack")["slack_configs"]
+    assert slack["api_url_file"].startswith("/")
+    assert "api_url" not in slack
+    assert "hooks.slack.com" not in AM_EXAMPLE.read_text()
+
+
+@pytest.mark.parametrize("field", ["title", "text", "color"])
+def test_message_templates_render(field):
+    [slack] = next(r for r in config()["receivers"] if r["name"] == "rlguard-slack")["slack_configs"]
+    r = amtool("template", "render", "--template.glob=/dev/null", f"--template.text={slack[field]}")
+    assert r.returncode == 0, r.stderr
+    broken = amtool("template", "render", "--template.glob=/dev/null", "--template.text={{ .Nope")
+    assert broken.returncode != 0  # amtool really parses what it is given
