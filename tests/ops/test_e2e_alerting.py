@@ -98,10 +98,6 @@ def test_stalled_run_alerts_and_a_live_run_stays_quiet(alert_stack):
         assert not [p for p in alert_stack.receiver.posts if live in str(p.body)]
 
 
-NOTIFICATIONS_BUG = ("rlguard_notifications{state} is documented but never exported: the exporter calls "
-                     "dispatcher.stats() only if it exists, and Dispatcher has none (its Outbox has); "
-                     "src/rlguard/exporter.py / src/rlguard/notify/dispatcher.py")
-
 
 def test_rules_and_dashboard_use_only_metrics_the_daemon_exports(alert_stack):
     break_the_reward(alert_stack, "e2e-names")  # so that alert series exist too
@@ -113,11 +109,9 @@ def test_rules_and_dashboard_use_only_metrics_the_daemon_exports(alert_stack):
     exprs += list(queries(json.loads(DASHBOARD.read_text())).values())
     used = {m for e in exprs for m in re.findall(r"\b(rlguard_\w+|up)\b", e)}
     assert {"rlguard_alert_firing", "rlguard_run_stalled", "up"} <= used
-    assert used - exported <= {"rlguard_notifications"}, f"not exported by the daemon: {used - exported}"
+    assert used <= exported, f"not exported by the daemon: {used - exported}"
 
 
-@pytest.mark.xfail(strict=True, reason=NOTIFICATIONS_BUG)
 def test_daemon_exports_its_outbox_counts(alert_stack):
-    """The stack's daemon has Slack configured, so its outbox exists; once the daemon exports its
-    counts this passes, and strict=True makes the marker itself fail: remove it then."""
+    """The stack's daemon has Slack configured: its outbox counts are exported."""
     assert alert_stack.query('rlguard_notifications{job="rlguard", state="sent"}')

@@ -91,6 +91,10 @@ class Dispatcher:
         with self._lock:
             return self._commit(self.router.route(list(alerts), now), now)
 
+    def stats(self) -> dict[str, int]:
+        """Outbox counts by state (pending, sent, dead), for the exporter."""
+        return self.outbox.stats()
+
     def save_state(self) -> None:
         """Save the router's state now (``submit`` and ``flush`` save it with their messages)."""
         with self._lock:
