@@ -156,3 +156,32 @@ def test_baseline_regression():
     kinds = [a.kind for a in wd.alerts if a.status == "firing"]
     assert "regression" in kinds
     assert "57.2" in next(a.message for a in wd.alerts if a.kind == "regression")
+
+
+def test_position_below_guard_for_custom_packs(tmp_path):
+    """A custom rule may stay silent while another metric sits at the top of its own range."""
+    from rlguard.rulespec import load_pack
+
+    p = tmp_path / "p.yaml"
+    p.write_text("""apiVersion: rlguard/v1
+pack: custom
+version: "1"
+rules:
+  - id: CUSTOM-STD-ZERO
+    kind: reward_variance_collapse
+    severity: warning
+    description: reward spread gone, unless the reward is at the top of its range.
+    metric: reward_std
+    detector: threshold
+    params: {below: 1.0e-8}
+    for: 3
+    guards:
+      - {metric: reward_mean, position_below: 0.9, if_missing: pass}
+""")
+    mastered = Watchdog(packs=[load_pack(p)], run="m")
+    feed(mastered, [(s, {"reward": 0.2 + 0.02 * s, "reward_std": 0.3}) for s in range(1, 41)])
+    feed(mastered, [(s, {"reward": 1.0, "reward_std": 0.0}) for s in range(41, 60)])
+    assert mastered.alerts == []
+    broken = Watchdog(packs=[load_pack(p)], run="b")
+    feed(broken, [(s, {"reward": 0.5, "reward_std": 0.0}) for s in range(1, 10)])  # constant from the start
+    assert [a.step for a in broken.alerts] == [3]

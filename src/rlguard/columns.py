@@ -191,6 +191,7 @@ class Recent:
     seq: list[int] = field(default_factory=list)
     values: list[float] = field(default_factory=list)
     max_seen: float = float("-inf")
+    min_seen: float = float("inf")
     keep: int = 64
 
     def extend(self, col: Column) -> None:
@@ -199,12 +200,15 @@ class Recent:
         finite = col.values[np.isfinite(col.values)]
         if len(finite):
             self.max_seen = max(self.max_seen, float(finite.max()))
+            self.min_seen = min(self.min_seen, float(finite.min()))
 
     def to_dict(self) -> dict:
         return {"seq": self.seq, "values": self.values,
-                "max_seen": None if not np.isfinite(self.max_seen) else self.max_seen}
+                "max_seen": None if not np.isfinite(self.max_seen) else self.max_seen,
+                "min_seen": None if not np.isfinite(self.min_seen) else self.min_seen}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Recent":
-        ms = d.get("max_seen")
-        return cls(list(d.get("seq", [])), list(d.get("values", [])), float("-inf") if ms is None else ms)
+        ms, mn = d.get("max_seen"), d.get("min_seen")
+        return cls(list(d.get("seq", [])), list(d.get("values", [])), float("-inf") if ms is None else ms,
+                   float("inf") if mn is None else mn)

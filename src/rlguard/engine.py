@@ -121,15 +121,19 @@ def as_of(seq: np.ndarray, src_seq: np.ndarray, src_vals: np.ndarray) -> np.ndar
 
 
 def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
-               series: dict[str, tuple[np.ndarray, np.ndarray, float]]) -> np.ndarray:
-    """Which samples satisfy the rule's guards; ``series`` gives (seq, values, max before)."""
+               series: dict[str, tuple[np.ndarray, np.ndarray, float, float]]) -> np.ndarray:
+    """Which samples satisfy the rule's guards; ``series`` gives (seq, values, max before,
+    min before)."""
     masks = []
     for g in guards:
         src = series.get(g.metric)
         if src is None or len(src[0]) == 0:
             masks.append(np.full(len(seq), g.if_missing == "pass"))
             continue
-        sseq, svals, prior_max = src
+        sseq, svals, prior_max, prior_min = src
+        if g.position_below is not None:
+            masks.append(_position_below(g.position_below, seq, sseq, svals, prior_max, prior_min))
+            continue
         if g.ever_above is not None:
             cum = np.fmax.accumulate(np.concatenate([[prior_max], np.nan_to_num(svals, nan=-np.inf)]))[1:]
             cur = as_of(seq, sseq, cum)
@@ -149,3 +153,16 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
                 m = np.where(missing, g.if_missing == "pass", m)
         masks.append(m)
     return np.logical_and.reduce(masks) if mode == "all" else np.logical_or.reduce(masks)
+
+
+def _position_below(p: float, seq: np.ndarray, sseq: np.ndarray, svals: np.ndarray,
+                    prior_max: float, prior_min: float) -> np.ndarray:
+    """Latest value below fraction ``p`` of the range observed so far (True while no range)."""
+    clean = np.where(np.isfinite(svals), svals, np.nan)
+    hi = np.fmax.accumulate(np.concatenate([[prior_max], np.nan_to_num(clean, nan=-np.inf)]))[1:]
+    lo = np.fmin.accumulate(np.concatenate([[prior_min], np.nan_to_num(clean, nan=np.inf)]))[1:]
+    cur, top, bottom = as_of(seq, sseq, clean), as_of(seq, sseq, hi), as_of(seq, sseq, lo)
+    span = top - bottom
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pos = (cur - bottom) / span
+    return ~(np.isfinite(span) & (span > 1e-12) & (pos >= p))

@@ -34,7 +34,9 @@ _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
 class Guard(BaseModel):
     """A condition on another metric (its latest value when the rule's metric is logged).
 
-    Exactly one of ``above``, ``below``, ``present``, ``ever_above`` is given. ``if_missing``
+    Exactly one of ``above``, ``below``, ``present``, ``ever_above``, ``position_below`` is
+    given. ``position_below: p`` holds while the metric's latest value sits below fraction p of
+    its own observed range (min..max so far), or while it has no range yet. ``if_missing``
     says what the guard means when the metric was never logged.
     """
 
@@ -44,13 +46,15 @@ class Guard(BaseModel):
     below: float | None = None
     present: bool | None = None
     ever_above: float | None = None
+    position_below: float | None = Field(None, gt=0, le=1)
     if_missing: Literal["pass", "fail"] = "fail"
 
     @model_validator(mode="after")
     def _one_condition(self) -> "Guard":
-        given = [n for n in ("above", "below", "present", "ever_above") if getattr(self, n) is not None]
+        names = ("above", "below", "present", "ever_above", "position_below")
+        given = [n for n in names if getattr(self, n) is not None]
         if len(given) != 1:
-            raise ValueError("a guard needs exactly one of above, below, present, ever_above")
+            raise ValueError(f"a guard needs exactly one of {', '.join(names)}")
         return self
 
 

@@ -142,14 +142,14 @@ class Watchdog:
                     d = Decision(Action(rule.action), alert.step, alert.message, alert, rule.kind.value)
                     pending.append((int(col.seq[ev.index]), 1 + self._rule_order[rule.id], d))
 
-    def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float]:
+    def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
         rec = self.recent.get(metric) or Recent()
         col = cols.get(metric)
         seq = np.asarray(rec.seq, dtype=np.int64)
         vals = np.asarray(rec.values, dtype=float)
         if col is not None:
             seq, vals = np.concatenate([seq, col.seq]), np.concatenate([vals, col.values])
-        return seq, vals, rec.max_seen
+        return seq, vals, rec.max_seen, rec.min_seen
 
     def _companion(self, rule: Rule, col: Column, cols: dict[str, Column]):
         """(mean, standard error) of the companion's last ``smooth`` values as of each sample.
@@ -159,7 +159,7 @@ class Watchdog:
         comp = rule.params.get("with_metric")
         if not comp:
             return None
-        seq, vals, _ = self._series(comp, cols)
+        seq, vals, _, _ = self._series(comp, cols)
         smooth = int(rule.params.get("smooth", 5))
         finite = np.isfinite(vals)
         seq, vals = seq[finite], vals[finite]
