@@ -196,3 +196,16 @@ def test_wandb_chart_csv_export(tmp_path):
     objs = [json.loads(x) for x in r.stdout.splitlines()]
     assert [(o["kind"], o["metric"], o["step"]) for o in objs] == [("nonfinite", "train_loss", 30)]
     assert "reward_mean<-run-7 - train/reward" in r.stderr
+
+
+def test_logs_kept_per_epoch_use_the_epoch_as_step(tmp_path):
+    p = tmp_path / "per_epoch.jsonl"
+    p.write_text('{"epoch": 1, "train/loss": 199.63, "eval/loss": 17.15, "train/beta": 10.0}\n'
+                 '{"epoch": 2, "eval/loss": 17.40}\n'
+                 '{"epoch": 5, "train/loss": 0.007, "eval/loss": 17.47, "train/beta": 0.001}\n')
+    objs = [json.loads(x) for x in check(p, "--format", "json").stdout.splitlines()]
+    assert {(o["kind"], o["step"]) for o in objs} == {("val_divergence", 5), ("beta_collapse", 5)}
+    q = tmp_path / "fractional.jsonl"  # transformers-style float epochs are not steps
+    q.write_text('{"epoch": 0.5, "loss": 1.0}\n{"epoch": 1.0, "loss": 0.9}\n{"epoch": 1.5, "loss": 0.8}\n')
+    r = check(q)
+    assert "steps 1..3" in r.stdout

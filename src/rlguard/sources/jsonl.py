@@ -6,7 +6,8 @@ Written by custom loggers, W&B/TensorBoard exports, TRL's ``log_history`` dumped
 line... Rules:
 
 * step: the first of ``step``, ``_step``, ``global_step``, ``train/global_step`` present (an
-  int, an integral float or a numeric string). Lines without any step key: while no line so
+  int, an integral float or a numeric string); failing those, an integer ``epoch`` (logs kept
+  per epoch; transformers' fractional float epochs never count). Lines without any step key: while no line so
   far had one, records are numbered 1, 2, 3...; once a step key has been seen, a line without
   one gets the step of the previous record (W&B-style exports split one step over lines).
   The step key used is not a metric; the other keys are kept (the vocab layer ignores them).
@@ -176,7 +177,10 @@ def _step_of(obj: dict[str, Any], popped: Any, stats: ReadStats, lineno: int,
             if step is None:
                 note_bad(stats, lineno, f"{key} is not an integer: {short(value)}", value=True)
             return step
-    return None
+    # logs kept per epoch ({"epoch": 5, "val_loss": ...}) count epochs as steps; only a JSON
+    # integer counts: transformers writes fractional epochs as floats (1.0 at a boundary)
+    epoch = obj.get("epoch")
+    return epoch if epoch.__class__ is int else None
 
 
 def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:
