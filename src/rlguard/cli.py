@@ -46,11 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .sources import READERS
-
     p = argparse.ArgumentParser(prog="rlguard", description="Training-health monitor for RL fine-tuning runs.")
     p.add_argument("--version", action="version", version=f"rlguard {_version()}")
     sub = p.add_subparsers(dest="command")
+    for add in (_add_check, _add_daemon, _add_report, _add_rules):
+        add(sub)
+    return p
+
+
+def _add_check(sub) -> None:
+    from .sources import READERS
 
     c = sub.add_parser("check", help="replay a training log through the watchdog",
                        description="Replay a training log through the watchdog and report alerts. "
@@ -71,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--run", help="run name in alerts (default: derived from the path)")
     c.set_defaults(func=cmd_check)
 
+
+def _add_daemon(sub) -> None:
     d = sub.add_parser("daemon", help="tail training logs, alert (Prometheus, Slack) and stop runs",
                        description="Tail every log file matching --watch (one run per file), run the "
                                    "watchdog on each, export Prometheus metrics on --listen, notify Slack, "
@@ -91,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("-v", "--verbose", action="store_true", help="log every watched file and event")
     d.set_defaults(func=cmd_daemon)
 
+
+def _add_report(sub) -> None:
     rp = sub.add_parser("report", help="write a post-mortem (Markdown, PNG plots, JSON) for one or more runs",
                         description="Best values and steps, swings, drops judged against the noise, change "
                                     "points, alerts and the decision rlguard would have taken, per run; several "
@@ -103,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     rp.set_defaults(func=cmd_report)
 
+
+def _add_rules(sub) -> None:
     r = sub.add_parser("rules", help="validate, test and list rule packs")
     rsub = r.add_subparsers(dest="rules_command")
     rc = rsub.add_parser("check", help="validate rule packs and alias tables")
@@ -115,7 +126,6 @@ def build_parser() -> argparse.ArgumentParser:
     rl.add_argument("--rules", action="append", metavar="FILE_OR_DIR")
     rl.set_defaults(func=cmd_rules_list)
     r.set_defaults(func=lambda a: (r.print_help(sys.stderr), 2)[1])
-    return p
 
 
 def _version() -> str:
