@@ -18,7 +18,8 @@ from ..sources import open_reader, resolve_log
 from ..vocab import Vocabulary
 from ..watchdog import Watchdog
 
-EVAL_PREFIXES = ("eval", "val", "test")
+# "val/" alone is also the value head in TRL PPO logs (val/clipfrac_avg), so it is not an eval prefix
+EVAL_PREFIXES = ("eval", "test", "val-", "val_", "val/test", "val/reward", "val/acc", "validation")
 STEP_TIME_KEYS = ("step_time", "timing_s/step", "train/step_time", "perf/time_per_step")
 CONFIG_FILES = ("config.yaml", "config.json", "args.json", "hparams.yaml")
 
