@@ -112,3 +112,19 @@ def test_enqueue_many_saves_messages_and_state_in_one_transaction(tmp_path):
     assert box.stats()["pending"] == 2
     with pytest.raises(ValueError, match="non-empty string"):
         box.enqueue("", "slack", {})
+
+
+def test_prune_forgets_only_old_delivered_items(tmp_path):
+    from rlguard.notify.outbox import Outbox
+
+    box = Outbox(tmp_path / "o.sqlite3")
+    box.enqueue("old", "slack", {"text": "a"}, now=0.0)
+    box.enqueue("new", "slack", {"text": "b"}, now=0.0)
+    box.enqueue("waiting", "slack", {"text": "c"}, now=0.0)
+    ids = {i.key: i.id for i in box.due(10.0)}
+    box.mark_sent(ids["old"], 100.0)
+    box.mark_sent(ids["new"], 10_000.0)
+    assert box.prune(now=10_050.0, older_than=1_000.0) == 1
+    assert box.get("old") is None and box.get("new") is not None and box.get("waiting") is not None
+    assert box.enqueue("old", "slack", {"text": "a"}, now=20_000.0)  # a pruned key is accepted again
+    assert box.stats() == {"pending": 2, "sent": 1, "dead": 0}

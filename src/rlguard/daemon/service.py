@@ -5,7 +5,8 @@ Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
 - ``poll``: read what every file gained, feed the watchdog, notify, write stop requests;
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
 - ``save``: persist offsets, watchdog states and counters (one SQLite transaction);
-- ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable).
+- ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable);
+- ``housekeeping`` (hourly): forget notifications delivered more than ``outbox_retention`` ago.
 
 SIGTERM / SIGINT: save and exit 0. SIGHUP: reload the rules; a bad rule file keeps the old
 rules and says why.
@@ -110,6 +111,13 @@ class Daemon:
             except Exception:  # noqa: BLE001 - the watcher must keep watching
                 log.exception("notification delivery failed; will retry")
 
+    def housekeeping(self) -> None:
+        """Forget long-delivered notifications, so the outbox does not grow for ever."""
+        if self.dispatcher is not None and hasattr(self.dispatcher, "prune"):
+            n = self.dispatcher.prune(self.clock(), self.cfg.outbox_retention)
+            if n:
+                log.info("housekeeping: %d delivered notification(s) forgotten", n)
+
     # ------------------------------------------------------------------ actions
     def _notify(self, alerts: list[Alert]) -> None:
         for a in alerts:
@@ -175,6 +183,7 @@ class Daemon:
         sched.add_job(self.stall, "interval", seconds=min(30.0, c.stall_after / 2), id="stall")
         sched.add_job(self.save, "interval", seconds=c.save_interval, id="save")
         sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
+        sched.add_job(self.housekeeping, "interval", seconds=3600, id="housekeeping")
         done = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())

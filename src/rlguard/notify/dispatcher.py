@@ -95,6 +95,10 @@ class Dispatcher:
         """Outbox counts by state (pending, sent, dead), for the exporter."""
         return self.outbox.stats()
 
+    def prune(self, now: float, older_than: float) -> int:
+        """Housekeeping: forget delivered and dead items older than ``older_than`` seconds."""
+        return self.outbox.prune(now, older_than)
+
     def save_state(self) -> None:
         """Save the router's state now (``submit`` and ``flush`` save it with their messages)."""
         with self._lock:

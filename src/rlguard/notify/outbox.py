@@ -173,6 +173,15 @@ class Outbox:
                   "last_error = ?, done_at = ? WHERE id = ? AND state = 'pending'",
                   (redact(error), now, id))
 
+    def prune(self, now: float, older_than: float) -> int:
+        """Delete items delivered (or given up) more than ``older_than`` seconds ago; returns how
+        many. Their keys stop blocking replays, which is safe: a replay only comes from log
+        lines re-read after a crash, minutes at most, never days."""
+        with self._lock:
+            cur = self._db.execute("DELETE FROM outbox WHERE state IN ('sent', 'dead') AND done_at IS NOT NULL "
+                                   "AND done_at < ?", (now - older_than,))
+        return cur.rowcount
+
     def stats(self) -> dict[str, int]:
         """Counts of items by state: ``{"pending": n, "sent": n, "dead": n}``."""
         out = {"pending": 0, "sent": 0, "dead": 0}
