@@ -101,3 +101,35 @@ def test_trainer_state_json_rewritten_at_checkpoints(tmp_path):
                                              {"step": 3, "loss": 0.3}, {"step": 4, "loss": 0.2}]}))
     os.utime(p, (1, 2))  # a distinct mtime even on coarse clocks
     assert [r.step for r in t.poll().records] == [3, 4]
+
+
+def _tf_record(step: int, tag: str, value: float) -> bytes:
+    """One TFRecord holding an Event with a scalar summary (simple_value), as SummaryWriter writes."""
+    import struct
+
+    def field(num, wire, payload: bytes) -> bytes:
+        key = bytes([num << 3 | wire])
+        return key + (bytes([len(payload)]) + payload if wire == 2 else payload)
+
+    val = field(1, 2, tag.encode()) + field(2, 5, struct.pack("<f", value))
+    event = field(1, 1, struct.pack("<d", 1.0)) + field(2, 0, bytes([step])) + field(5, 2, field(1, 2, val))
+    return struct.pack("<Q", len(event)) + b"\0" * 4 + event + b"\0" * 4
+
+
+def test_tensorboard_event_file_is_followed_record_by_record(tmp_path):
+    path = tmp_path / "events.out.tfevents.1.host"
+    path.write_bytes(_tf_record(0, "brain.Event:2", 0.0)[:0] + b"".join(_tf_record(s, "train/loss", 1.0 / s)
+                                                                      for s in range(1, 6)))
+    t = FileTail(str(path))
+    assert [r.step for r in t.poll().records] == [1, 2, 3, 4, 5]
+    size = path.stat().st_size
+    more = b"".join(_tf_record(s, "train/loss", 1.0 / s) for s in range(6, 9))
+    nxt = _tf_record(9, "train/loss", 0.1)
+    with open(path, "ab") as f:
+        f.write(more + nxt[:10])  # the 9th record is still being written
+    got = t.poll()
+    assert [r.step for r in got.records] == [6, 7, 8] and got.bad == 0
+    assert t.state.offset == size + len(more) and t.poll().records == []
+    with open(path, "ab") as f:
+        f.write(nxt[10:])
+    assert [r.step for r in t.poll().records] == [9]

@@ -23,7 +23,8 @@ from ..sources import detect_format, open_reader
 from ..sources._common import MemoryLog
 from ..sources.base import LogRecord
 
-WHOLE_FILE = {"trainer_state", "tensorboard"}
+WHOLE_FILE = {"trainer_state"}  # rewritten in place: re-read when it changes
+RECORD_FRAMED = {"tensorboard"}  # appended records: read from the offset, complete records only
 MAX_BYTES = 64 * 1024 * 1024
 
 
@@ -85,6 +86,8 @@ class FileTail:
                 st.fmt = detect_format(self.path)
             if st.fmt in WHOLE_FILE:
                 self._poll_whole(info, out)
+            elif st.fmt in RECORD_FRAMED:
+                self._poll_records(out)
             else:
                 self._poll_lines(out)
         except LogFormatError as exc:
@@ -113,6 +116,22 @@ class FileTail:
         first_line = st.line + 1
         st.line += chunk.count(b"\n")
         out.records = self._parse(chunk, first_line, out)
+
+    def _poll_records(self, out: Poll) -> None:
+        """TensorBoard: complete TFRecords from the offset; a record being written waits."""
+        st = self.state
+        with open(self.path, "rb") as f:
+            f.seek(st.offset)
+            data = f.read(self.max_bytes)
+        if not data:
+            return
+        reader = open_reader(self.path, st.fmt)
+        reader.tailing, reader.first_record = True, st.line
+        out.records = list(reader.records(MemoryLog(data, self.path)))
+        st.offset += reader.consumed
+        st.line += reader.stats.lines - (1 if reader.consumed < len(data) else 0)
+        out.bytes = reader.consumed
+        out.bad += reader.stats.bad_lines
 
     def _parse(self, chunk: bytes, first_line: int, out: Poll) -> list[LogRecord]:
         st = self.state

@@ -37,13 +37,15 @@ class TensorBoardReader(Reader):
 
     def records(self, path: str) -> Iterator[LogRecord]:
         self.stats = stats = ReadStats()
+        self.consumed = 0  # bytes of complete records read (a tail continues from there)
         with open_binary(path) as f, reading(path, stats):
-            yield from _group_by_step(_events(f, stats), stats)
+            yield from _group_by_step(_events(f, stats, self), stats)
 
 
-def _events(f: IO[bytes], stats: ReadStats) -> Iterator[tuple[int, int, dict[str, float]]]:
+def _events(f: IO[bytes], stats: ReadStats, reader=None) -> Iterator[tuple[int, int, dict[str, float]]]:
     """(record number, step, scalars) of each event that carries scalars."""
     n = 0
+    first = getattr(reader, "first_record", 0)
     while True:
         header = f.read(12)
         if not header:
@@ -51,7 +53,8 @@ def _events(f: IO[bytes], stats: ReadStats) -> Iterator[tuple[int, int, dict[str
         n += 1
         stats.lines = n
         if len(header) < 12:
-            note_bad(stats, n, "truncated record header at the end of the file (still being written?)")
+            if not getattr(reader, "tailing", False):  # a tail just waits for the rest
+                note_bad(stats, n, "truncated record header at the end of the file (still being written?)")
             return
         (length,) = struct.unpack("<Q", header[:8])
         if length > _MAX_RECORD:
@@ -59,15 +62,18 @@ def _events(f: IO[bytes], stats: ReadStats) -> Iterator[tuple[int, int, dict[str
             return
         data = f.read(length)
         if len(data) < length or len(f.read(4)) < 4:
-            note_bad(stats, n, "truncated last record (still being written?)")
+            if not getattr(reader, "tailing", False):  # a tail just waits for the rest
+                note_bad(stats, n, "truncated last record (still being written?)")
             return
+        if reader is not None:
+            reader.consumed += 16 + length
         try:
             step, scalars = _parse_event(data)
         except (ValueError, IndexError, struct.error) as exc:
             note_bad(stats, n, f"unreadable event: {exc}")
             continue
         if scalars:
-            yield n, step, scalars
+            yield n + first, step, scalars
         else:
             stats.skipped_lines += 1  # file version, graphs, histograms, images...
 
