@@ -122,3 +122,18 @@ def test_stop_command_gets_fixed_argv_and_env_and_signal_reaches_the_pid(tmp_pat
     assert got["env"]["RLGUARD_RUN_DIR"] == str(log.parent.resolve())
     assert not (tmp_path / "pwned").exists()
     assert sleeper.wait(timeout=10) == 0 and (tmp_path / "signalled").read_text() == "got"
+
+
+def test_a_finished_run_is_not_stalled(tmp_path):
+    """transformers ends a run with a summary record (train_runtime...): silence after it is
+    the end of the run, not a stall."""
+    log = tmp_path / "runs" / "done" / "metrics.jsonl"
+    append(log, healthy(1, 5) + [{"step": 5, "train_runtime": 120.0, "train_loss": 0.4}])
+    now = [1000.0]
+    cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), stall_after=60, eval_interval=0)
+    d = Daemon(cfg, clock=lambda: now[0])
+    d.discover()
+    d.poll()
+    now[0] += 3600
+    d.stall()
+    assert not d.runs[str(log)].info.stalled

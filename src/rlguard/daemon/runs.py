@@ -49,6 +49,11 @@ class RunMonitor:
         self.changed = False
 
     @property
+    def finished(self) -> bool:
+        """transformers logs an end-of-training summary (train_runtime ...) when a run ends."""
+        return self.watchdog.summaries > 0
+
+    @property
     def run_dir(self) -> Path:
         return Path(self.path).resolve().parent
 
@@ -119,6 +124,8 @@ class RunMonitor:
     def check_stall(self, now: float, after_s: float) -> list[Alert]:
         if self.info.stalled or not self.info.last_update or now - self.info.last_update < after_s:
             return []
+        if self.finished or self.info.stopped:
+            return []  # a run that ended (summary record) or that rlguard stopped is quiet by design
         self.info.stalled = True
         self.changed = True
         key = "stall|warning"
