@@ -16,7 +16,8 @@ from ops_helpers import DASHBOARD, healthy, panels, queries, wait_until, zero_re
 
 SDK_PIN = "grafana-foundation-sdk==1769699379!11.6.0"
 # what each variable becomes when a query is checked (a value of the live test's run)
-VALUES = {"job": "rlguard", "run": "dash-run", "metric": "reward_std",
+# ($run is a multi-value regex in Grafana: the live test's broken run and its stalled run)
+VALUES = {"job": "rlguard", "run": "dash-run|dash-stall", "metric": "reward_std",
           "__rate_interval": "1m", "__interval": "30s", "__range": "1h"}
 VAR_RE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 # keys of Prometheus annotation queries that Grafana reads but the SDK's AnnotationQuery
@@ -186,17 +187,16 @@ def test_the_panels_the_issue_asks_for(dashboard):
 
 # ----------------------------------------------------------------------------- live
 def test_every_query_returns_data_on_the_live_stack(dashboard, alert_stack):
-    """A run that breaks (critical alert, stop request), has an unreadable line and then stalls
-    gives every panel, variable and annotation something to show."""
-    run = VALUES["run"]
+    """A run that breaks (critical alert, stop request) and has an unreadable line, and a run
+    that stalls, give every panel, variable and annotation something to show. (A run rlguard
+    stopped is quiet by design and is never reported as stalled: the stall needs its own run.)"""
+    run, stalled = "dash-run", "dash-stall"
+    alert_stack.write(stalled, healthy(1, 5))
     alert_stack.write(run, healthy(1, 20))
     with (alert_stack.runs / run / "metrics.jsonl").open("a") as f:
         f.write("{not json\n")
     alert_stack.write(run, zero_reward_std(21, 5))
     pending = {where: substitute(e) for where, e in queries(dashboard).items()}
-    if not alert_stack.query("rlguard_notifications"):
-        # known daemon bug, see test_e2e_alerting.test_daemon_exports_its_outbox_counts
-        pending = {w: e for w, e in pending.items() if "rlguard_notifications" not in e or "vector(0)" in e}
 
     def all_answered() -> bool:
         for where in [w for w, e in pending.items() if alert_stack.query(e)]:
@@ -207,5 +207,6 @@ def test_every_query_returns_data_on_the_live_stack(dashboard, alert_stack):
         wait_until(all_answered, "every dashboard query answers", timeout=60, interval=0.5)
     except AssertionError:
         pytest.fail(f"queries with no data after 60 s: {sorted(pending)}")
-    assert alert_stack.query(f'rlguard_run_stalled{{run="{run}"}} == 1')
+    assert alert_stack.query(f'rlguard_run_stalled{{run="{stalled}"}} == 1')
+    assert not alert_stack.query(f'rlguard_run_stalled{{run="{run}"}} == 1')  # stopped, not stalled
     assert alert_stack.query(f'rlguard_parse_errors_total{{run="{run}"}} >= 1')
