@@ -66,14 +66,20 @@ def test_stop_request_goes_only_into_the_run_directory(tmp_path):
     assert not list(tmp_path.glob("**/pwned*"))
 
 
-def test_stall_alert_fires_and_resolves(tmp_path):
-    log = tmp_path / "runs" / "s" / "metrics.jsonl"
-    append(log, healthy(1, 5))
+def clocked(tmp_path, log) -> tuple[Daemon, list[float]]:
+    """A daemon on one log, with a clock the test moves (stall after 60 s), after its first poll."""
     now = [1000.0]
     cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), stall_after=60, eval_interval=0)
     d = Daemon(cfg, clock=lambda: now[0])
     d.discover()
     d.poll()
+    return d, now
+
+
+def test_stall_alert_fires_and_resolves(tmp_path):
+    log = tmp_path / "runs" / "s" / "metrics.jsonl"
+    append(log, healthy(1, 5))
+    d, now = clocked(tmp_path, log)
     now[0] += 59
     d.stall()
     assert not d.runs[str(log)].info.stalled
@@ -129,11 +135,7 @@ def test_a_finished_run_is_not_stalled(tmp_path):
     the end of the run, not a stall."""
     log = tmp_path / "runs" / "done" / "metrics.jsonl"
     append(log, healthy(1, 5) + [{"step": 5, "train_runtime": 120.0, "train_loss": 0.4}])
-    now = [1000.0]
-    cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), stall_after=60, eval_interval=0)
-    d = Daemon(cfg, clock=lambda: now[0])
-    d.discover()
-    d.poll()
+    d, now = clocked(tmp_path, log)
     now[0] += 3600
     d.stall()
     assert not d.runs[str(log)].info.stalled
