@@ -27,10 +27,10 @@ from transformers import TrainerCallback
 
 from .alerts import Alert
 from .rulespec import RulePack, load_packs
+from .stopfile import STOP_FILE, consume_stop_request
 from .watchdog import Watchdog
 
 STATE_FILE = "rlguard_state.json"
-STOP_FILE = "RLGUARD_STOP"
 
 
 class RLGuardCallback(TrainerCallback):
@@ -112,18 +112,10 @@ class RLGuardCallback(TrainerCallback):
     def _external_stop_requested(self, state) -> bool:
         if not state.is_world_process_zero or self._out is None or self.stop_reason is not None:
             return False
-        path = self._out / self.stop_file
-        if not path.is_file():
+        reason = consume_stop_request(self._out, self.stop_file)
+        if reason is None:
             return False
-        try:
-            reason = json.loads(path.read_text() or "{}").get("reason", "no reason given")
-        except (ValueError, AttributeError, OSError):
-            reason = "no reason given"
-        try:  # handled: a later run in the same directory must not stop on it
-            os.replace(path, path.with_name(path.name + ".handled"))
-        except OSError:
-            pass
-        self.stop_reason = f"stop requested via {path.name}: {reason}"
+        self.stop_reason = reason
         self._write_stop(state.global_step, None, kind="external", reason=self.stop_reason)
         return True
 

@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .alerts import Severity
 from .errors import InputError, RLGuardError
 
 CHUNK = 20_000  # records per watchdog chunk: bounded memory, same results as one chunk
@@ -250,10 +249,6 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
             print(f"{r.id:32s} {r.kind.value:26s} {r.severity.value:8s} {r.action.value:10s} "
                   f"{','.join(r.metrics)}")
     return 0
-
-
-def severity_at_least_warning(sev: str) -> bool:
-    return Severity(sev).rank >= Severity.WARNING.rank
 
 
 if __name__ == "__main__":

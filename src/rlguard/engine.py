@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .alerts import Alert
-from .columns import Column, Recent
+from .columns import Column
 from .detectors import DETECTORS, UNKNOWN, Chunk, Detector
 from .rulespec import Guard, Rule
 

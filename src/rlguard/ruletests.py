@@ -20,10 +20,8 @@ set ``only: [RULE_ID...]`` to ignore alerts of other rules, and ``baselines: {me
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 

@@ -84,13 +84,3 @@ class Vocabulary:
         """Bookkeeping keys (step, epoch, timestamps) and W&B min/max envelope columns."""
         return raw in self.ignored or raw.endswith(self._ignored_suffixes) or (
             " - " in raw and raw.rsplit(" - ", 1)[1] in self.ignored)
-
-    def canonical_names(self) -> list[str]:
-        return list(self.table.canonical)
-
-    def describe(self, canon: str) -> str:
-        entry = self.table.canonical.get(canon)
-        return entry.description if entry else ""
-
-
-__all__ = ["AliasTable", "Vocabulary", "load_alias_table", "DEFAULT_ALIASES"]

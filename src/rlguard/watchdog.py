@@ -16,10 +16,10 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .alerts import Action, Alert, Decision, Severity
+from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
 from .detectors.base import robust_sigma_of_diffs
-from .engine import RuleInstance, as_of, guard_mask
+from .engine import RuleInstance, guard_mask
 from .errors import StateError
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord

@@ -2,7 +2,7 @@
 rules can be seen stopping them. Each fault changes one thing, named after its alert kind."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -45,4 +45,4 @@ class Faults:
         return loss
 
 
-__all__ = ["Faults", "FAULT_STEP", "replace"]
+__all__ = ["Faults", "FAULT_STEP"]

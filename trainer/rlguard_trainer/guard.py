@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from rlguard import Watchdog, load_packs
+from rlguard.stopfile import consume_stop_request
 
-STOP_FILE = "RLGUARD_STOP"
 
 
 @dataclass
@@ -84,14 +84,9 @@ class Guard:
         return v
 
     def _external_stop(self, step: int) -> str:
-        path = self.run_dir / STOP_FILE
-        if path.exists():
-            try:
-                req = json.loads(path.read_text() or "{}")
-            except ValueError:
-                req = {}
-            os.replace(path, path.with_name(path.name + ".handled"))  # not to stop the next run here
-            return f"stop requested via {path.name}: {req.get('reason', 'no reason given')}"
+        reason = consume_stop_request(self.run_dir)
+        if reason:
+            return reason
         if self._signalled:
             return "stop requested by SIGUSR1"
         return ""

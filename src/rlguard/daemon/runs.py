@@ -2,18 +2,17 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..alerts import Action, Alert, Decision
+from ..alerts import Alert, Decision
 from ..rulespec import RulePack
 from ..watchdog import Watchdog
+from ..stopfile import write_stop_request
 from .tail import FileTail
 
-STOP_FILE = "RLGUARD_STOP"
 STALL_RULE = "RLG-STALL"
 
 
@@ -144,16 +143,12 @@ class RunMonitor:
     def request_stop(self, decision: Decision) -> bool:
         """Write ``RLGUARD_STOP`` into the run's own directory (never a path taken from log
         content); idempotent: an existing request is left as it is."""
-        path = self.run_dir / STOP_FILE
-        if path.exists():
-            return False
         a = decision.alert
         body = {"reason": decision.reason, "kind": decision.kind, "step": decision.step,
                 "rule": a.rule if a else "", "checkpoint_step": a.checkpoint_step if a else None,
                 "source": "rlguard daemon"}
-        tmp = path.with_name(f".{STOP_FILE}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(body, indent=2) + "\n")
-        os.replace(tmp, path)
+        if not write_stop_request(self.run_dir, body):
+            return False
         self.info.stopped = decision.reason
         return True
 

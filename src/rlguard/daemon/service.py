@@ -25,6 +25,7 @@ from pathlib import Path
 from ..alerts import Action, Alert
 from ..errors import RLGuardError
 from ..rulespec import load_packs
+from ..stopfile import STOP_FILE
 from .config import DaemonConfig
 from .runs import RunMonitor, run_name_for
 from .store import Store
@@ -206,4 +207,4 @@ class Daemon:
 def _is_ours(path: str) -> bool:
     """Files rlguard writes itself are never watched as logs."""
     p = Path(path)
-    return p.name in ("RLGUARD_STOP", "stop.json", "decisions.jsonl") or p.parent.name == "rlguard"
+    return p.name in (STOP_FILE, "stop.json", "decisions.jsonl") or p.parent.name == "rlguard"
