@@ -161,8 +161,8 @@ class Daemon:
         with self.lock:
             self.packs = packs
             for path, mon in list(self.runs.items()):
-                saved = {"run": mon.run, "tail": mon.tail.state_dict(), "watchdog": mon.watchdog.state_dict(),
-                         "info": mon.saved()[4]}
+                _, run, _, wd_state, info = mon.saved()
+                saved = {"run": run, "tail": mon.tail.state_dict(), "watchdog": wd_state, "info": info}
                 fresh = RunMonitor(path, mon.run, packs, saved, self.cfg.max_metrics_per_run)
                 fresh.pending, fresh.admitted = mon.pending, mon.admitted
                 self.runs[path] = fresh
