@@ -141,20 +141,32 @@ rules:
 
 def test_bad_rules_file_is_exit_2_with_line(tmp_path):
     rules = tmp_path / "bad.yaml"
-    rules.write_text("apiVersion: rlguard/v1\npack: x\nversion: '1'\nrules:\n  - id: X-1\n    kind: nope\n")
+    rules.write_text("apiVersion: rlguard/v1\npack: x\nversion: '1'\nrules:\n  - id: X-1\n    kind: Not A Kind\n")
     r = check(jsonl(tmp_path / "s.jsonl", SEED004), "--rules", rules)
     assert r.returncode == 2 and f"{rules}:6: rules[0].kind" in r.stderr
 
 
 @pytest.mark.skipif(not (SHARED / "samples").is_dir(), reason="../shared/samples not present")
 @pytest.mark.parametrize("name", ["verl_ppo_codegen_qwen_excerpt.log", "grpo_trl_meta_hackathon_short.jsonl",
-                                  "dpo_llamafactory_qwen7b_lora.jsonl", "r2_grpo_unsloth_payments_agent_qwen15.jsonl"])
+                                  "r2_grpo_unsloth_payments_agent_qwen15.jsonl"])
 def test_real_public_logs_without_labels_raise_no_warning(name):
-    """The sample README says none of these shows a clear failure."""
+    """None of these shows a clear failure (the r2 run's entropy swings 50-100x between records:
+    tiny-batch noise that the short-window entropy rules must not read as a collapse)."""
     r = check(SHARED / "samples" / name, "--format", "json")
     bad = [json.loads(x) for x in r.stdout.splitlines()]
     bad = [o for o in bad if o["severity"] != "info"]
     assert r.returncode == 0 and not bad, bad
+
+
+@pytest.mark.skipif(not (SHARED / "samples").is_dir(), reason="../shared/samples not present")
+def test_real_dpo_log_with_memorised_pairs_is_dpo_overfit():
+    """LLaMA-Factory DPO: loss 0.0000 and reward accuracy 1.0 from step 60 to 170 (of 170),
+    margins 16: the pairs are memorised long before the end; that, and nothing else, is flagged."""
+    r = check(SHARED / "samples" / "dpo_llamafactory_qwen7b_lora.jsonl", "--format", "json")
+    alerts = [json.loads(x) for x in r.stdout.splitlines()]
+    warned = {(a["kind"], a["rule"]) for a in alerts if a["severity"] != "info"}
+    assert r.returncode == 1 and warned == {("dpo_overfit", "RLG-DPO-OVERFIT")}, warned
+    assert alerts[0]["step"] <= 110
 
 
 def test_decisions_flag_prints_best_checkpoints(tmp_path):

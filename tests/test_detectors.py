@@ -38,6 +38,22 @@ CASES = {
     "divergence": ({"with_metric": "train_loss", "min_evals_above_best": 2},
                    np.linspace(2.0, 1.5, N) + 0.001 * rng.standard_normal(N),
                    np.concatenate([np.linspace(2.0, 1.5, 150), np.linspace(1.5, 2.0, N - 150)]), 150),
+    "rise": ({"min_factor": 4.0, "min_delta": 1.0}, 2.0 * noise,
+             np.where(np.arange(N) >= 150, 12.0, 2.0 * noise), 150),
+    "gain_loss": ({"window": 10, "min_frac": 0.35},
+                  np.minimum(np.arange(N) / 100.0, 1.0) + 0.05 * rng.standard_normal(N),
+                  np.where(np.arange(N) >= 150, 0.4, np.minimum(np.arange(N) / 100.0, 1.0))
+                  + 0.05 * rng.standard_normal(N), 150),
+    "drift": ({"direction": "down", "min_delta": 20.0, "min_factor": 1.5}, -80.0 * noise,
+              np.where(np.arange(N) >= 150, -300.0, -80.0 * noise), 150),
+    "trend": ({"direction": "down", "max_records": 30, "min_rel_change": 0.15}, noise,
+              np.where(np.arange(N) < 12, 1.0, np.where(np.arange(N) < 30, 1.0 - 0.04 * (np.arange(N) - 11), 0.3)), 12),
+    # ties by chance on 30% of records (one GRPO group per record); a run that starts with a
+    # streak of 4 ties is the rule's documented false positive, so this one starts untied
+    "streak": ({"below": 1e-8, "alpha": 5e-4}, np.where((rng.random(N) < 0.3) & (np.arange(N) > 8), 0.0, noise),
+               np.where(np.arange(N) >= 150, 0.0, noise), 150),
+    "null_mean": ({"window": 20}, 0.02 + 0.01 * rng.standard_normal(N),
+                  np.where(np.arange(N) >= 150, 0.005 * rng.standard_normal(N), 0.02 + 0.01 * rng.standard_normal(N)), 150),
 }
 
 

@@ -31,7 +31,7 @@ def test_default_pack_lint():
         if r.status == "deprecated":
             problems.append(f"{r.id}: deprecated rule still shipped")
     assert not problems, "\n".join(problems)
-    assert REQUIRED_KINDS <= {r.kind.value for r in pack.rules}
+    assert REQUIRED_KINDS <= {r.kind for r in pack.rules}
 
 
 def test_every_shipped_rule_is_tested_and_tests_pass():
@@ -77,7 +77,7 @@ rules:
     ("detector: threshold", "detector: thresh", 10, "rules[0].detector", "known: baseline"),
     ("severity: warning", "severity: loud", 7, "rules[0].severity", "'info', 'warning' or 'critical'"),
     ("params: {above: 1.0}", "params: {above: 1.0, abve: 2}", 11, "rules[0].params", "abve"),
-    ("kind: kl_high", "kind: kl_too_high", 6, "rules[0].kind", "kl_high"),
+    ("kind: kl_high", "kind: KL too high", 6, "rules[0].kind", "kl_high"),
     ("    metric: kl\n", "", 5, "rules[0]", "metrics"),
 ])
 def test_bad_rule_errors_name_file_line_field(tmp_path, old, new, line, field, words):

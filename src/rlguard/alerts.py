@@ -48,7 +48,7 @@ _ACTION_RANK = {Action.ALERT: 0, Action.CHECKPOINT: 1, Action.STOP: 2}
 
 
 class Kind(str, Enum):
-    """The fixed vocabulary of alert kinds."""
+    """The kinds rlguard's own rule packs use (a custom pack may name others)."""
 
     NONFINITE = "nonfinite"
     VAL_DIVERGENCE = "val_divergence"
@@ -67,6 +67,10 @@ class Kind(str, Enum):
     REGRESSION = "regression"
     STALL = "stall"
     DUPLICATE_RUN = "duplicate_run"
+    DPO_LIKELIHOOD_COLLAPSE = "dpo_likelihood_collapse"
+    DPO_MARGIN_EXPLOSION = "dpo_margin_explosion"
+    DPO_OVERFIT = "dpo_overfit"
+    DPO_NO_LEARNING = "dpo_no_learning"
 
 
 @dataclass(slots=True)
@@ -86,6 +90,7 @@ class Alert:
     line: int | None = None  # line of the log record that fired it
     checkpoint_step: int | None = None  # for stop: the best step to keep
     labels: dict[str, str] = field(default_factory=dict)
+    annotations: dict[str, str] = field(default_factory=dict)  # the rule's hint, runbook_url...
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

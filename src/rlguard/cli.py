@@ -246,7 +246,7 @@ def cmd_rules_list(args: argparse.Namespace) -> int:
     for pack in load_packs(args.rules):
         print(f"# pack {pack.pack} {pack.version}")
         for r in pack.rules:
-            print(f"{r.id:32s} {r.kind.value:26s} {r.severity.value:8s} {r.action.value:10s} "
+            print(f"{r.id:32s} {r.kind:26s} {r.severity.value:8s} {r.action.value:10s} "
                   f"{','.join(r.metrics)}")
     return 0
 

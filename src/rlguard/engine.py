@@ -1,10 +1,14 @@
 """One rule applied to one metric of one run: the detector plus the alert life cycle.
 
-Life cycle (as in Prometheus): a triggered sample makes the rule *pending*; ``for``
-consecutive triggered samples make it *firing* (one alert, not one per sample); the first
-fine sample *resolves* it, after which ``cooldown`` judged samples must pass before it may
-fire again. Samples the detector has no opinion on (warm-up, guards not met, too little
-history, coarse printing) neither advance nor reset anything.
+Life cycle (as in Prometheus): a triggered sample makes the rule *pending*; the streak of
+consecutive triggered samples makes it *firing* (one alert, not one per sample) once it holds
+``for`` logged records, or, when the rule sets ``for_steps``, once it covers that many training
+steps on at least ``for_min`` records: evidence is counted in records and in steps together,
+so a rule means the same whether a trainer logs every step or every 50. A streak covers the
+steps from the record before it (the run's step 0 for a streak that starts the run) to the
+latest one. The first fine sample *resolves* it, after which ``cooldown`` judged samples must
+pass before it may fire again. Samples the detector has no opinion on (warm-up, guards not
+met, too little history, coarse printing) neither advance nor reset anything.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ class Event:
     firing: bool
     message: str
     ref_step: int | None = None  # the detector's reference step (the best, for ref_is_best ones)
+    value: float | None = None  # what the detector judged (a median, a level), not the raw sample
 
 
 @dataclass
@@ -36,6 +41,8 @@ class RuleInstance:
     firing: bool = False
     cool: int = 0
     samples: int = 0
+    anchor: int | None = None  # step of the record before the current streak
+    last_step: int | None = None  # step of the latest judged record
 
     def __post_init__(self) -> None:
         self.detector = DETECTORS[self.rule.detector](self.rule.detector_params())
@@ -49,9 +56,11 @@ class RuleInstance:
         values = col.values
         n = len(values)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
-        stat, ref = np.zeros(n), np.zeros(n)
+        stat, ref, level = np.zeros(n), np.zeros(n), values
         ref_step = np.full(n, -1, dtype=np.int64)
         sel = np.ones(n, dtype=bool) if self.detector.wants_nonfinite else np.isfinite(values)
+        if self.rule.ignore_zero:
+            sel &= values != 0.0
         if sel.any():
             other, other_se = (companion[0][sel], companion[1][sel]) if companion is not None else (None, None)
             chunk = Chunk(col.steps[sel], values[sel], col.quantum, other, other_se)
@@ -59,6 +68,11 @@ class RuleInstance:
             verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
             if sc.ref_step is not None:
                 ref_step[sel] = sc.ref_step
+            if sc.level is not None:
+                level = values.astype(float, copy=True)
+                level[sel] = sc.level
+            else:
+                level = values
         r = self.rule
         count = self.samples + np.arange(1, n + 1)
         self.samples += n
@@ -68,27 +82,35 @@ class RuleInstance:
         if guard_ok is not None:
             mute |= ~guard_ok
         verdict[mute] = UNKNOWN
-        return self._life_cycle(verdict, values, stat, ref, ref_step)
+        return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps)
 
-    def _life_cycle(self, verdict, values, stat, ref, ref_step) -> list[Event]:
+    def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps) -> list[Event]:
         judged = np.flatnonzero(verdict != UNKNOWN)
         if len(judged) == 0:
             return []
         v = verdict[judged]
         if not (self.firing or self.run or self.cool) and not (v == 1).any():
+            self.last_step = int(steps[judged[-1]])
             return []  # fast path: nothing pending, nothing triggered
         events: list[Event] = []
-        need = self.rule.for_
+        r = self.rule
         for j, vj in zip(judged.tolist(), v.tolist()):
+            step = int(steps[j])
             if vj == 1:
+                if self.run == 0:
+                    self.anchor = self.last_step if self.last_step is not None else _run_start(step)
                 self.run += 1
-                if not self.firing and self.run >= need and self.cool == 0:
+                covered = step - self.anchor if self.anchor is not None else 0
+                enough = self.run >= r.for_ or (r.for_steps is not None and self.run >= r.for_min
+                                                and covered >= r.for_steps)
+                if not self.firing and enough and self.cool == 0:
                     self.firing = True
                     msg = self.detector.describe(self.metric, float(values[j]), float(stat[j]),
                                                  float(ref[j]), int(ref_step[j]))
-                    if need > 1:
-                        msg += f" [{need} samples in a row]"
-                    events.append(Event(j, True, msg, int(ref_step[j]) if ref_step[j] >= 0 else None))
+                    if self.run > 1:
+                        msg += f" [{self.run} records in a row, {covered} steps]"
+                    events.append(Event(j, True, msg, int(ref_step[j]) if ref_step[j] >= 0 else None,
+                                        float(level[j])))
             else:
                 self.run = 0
                 if self.firing:
@@ -97,16 +119,26 @@ class RuleInstance:
                     events.append(Event(j, False, f"{self.metric} back to normal"))
                 elif self.cool:
                     self.cool -= 1
+            self.last_step = step
         return events
 
     def state_dict(self) -> dict:
         return {"run": self.run, "firing": self.firing, "cool": self.cool, "samples": self.samples,
+                "anchor": self.anchor, "last_step": self.last_step,
                 "detector": self.detector.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         self.run, self.firing = int(s["run"]), bool(s["firing"])
         self.cool, self.samples = int(s["cool"]), int(s["samples"])
+        self.anchor, self.last_step = s.get("anchor"), s.get("last_step")
         self.detector.load_state_dict(s.get("detector", {}))
+
+
+def _run_start(step: int) -> int:
+    """Where a streak that starts with the run's first judged record began: the run's step 0
+    (a first record at step 10 stands for steps 1..10), unless the log starts far into a run
+    (a resumed run, an excerpt), where the record stands for itself only."""
+    return 0 if 0 <= step <= 1000 else step - 1
 
 
 def as_of(seq: np.ndarray, src_seq: np.ndarray, src_vals: np.ndarray) -> np.ndarray:
@@ -130,6 +162,9 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
             masks.append(np.full(len(seq), g.if_missing == "pass"))
             continue
         sseq, svals, prior_max, prior_min = src
+        if g.spike_z is not None:
+            masks.append(_same_record_spike(g.spike_z, seq, sseq, svals))
+            continue
         if g.position_below is not None:
             masks.append(_position_below(g.position_below, seq, sseq, svals, prior_max, prior_min))
             continue
@@ -152,6 +187,34 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
                 m = np.where(missing, g.if_missing == "pass", m)
         masks.append(m)
     return np.logical_and.reduce(masks) if mode == "all" else np.logical_or.reduce(masks)
+
+
+def _same_record_spike(z: float, seq: np.ndarray, sseq: np.ndarray, svals: np.ndarray,
+                       window: int = 30, min_history: int = 10) -> np.ndarray:
+    """The companion, in the same record, is ``z`` robust sigmas (MAD of its previous
+    ``window`` values, floored at 5% of their median) above their median."""
+    out = np.zeros(len(seq), dtype=bool)
+    vals = np.where(np.isfinite(svals), svals, np.nan)
+    m = len(vals)
+    if m <= min_history:
+        return out
+    padded = np.concatenate([np.full(window, np.nan), vals])
+    prev = np.lib.stride_tricks.sliding_window_view(padded, window)[:m]  # the window before each
+    with np.errstate(all="ignore"):
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(prev, axis=1)
+            mad = np.nanmedian(np.abs(prev - med[:, None]), axis=1)
+        enough = np.sum(np.isfinite(prev), axis=1) >= min_history
+        scale = np.maximum(np.maximum(1.4826 * mad, 0.05 * np.abs(med)), 1e-12)
+        spike = enough & ((vals - med) / scale >= z)
+    pos = np.searchsorted(sseq, seq)
+    inside = pos < m
+    same = np.zeros(len(seq), dtype=bool)
+    same[inside] = sseq[pos[inside]] == seq[inside]
+    out[same] = spike[pos[same]]
+    return out
 
 
 def _position_below(p: float, seq: np.ndarray, sseq: np.ndarray, svals: np.ndarray,

@@ -6,24 +6,16 @@ from typing import TextIO
 from .alerts import Action, Alert, Decision
 from .detectors.base import fmt
 
-#: What a person should check first, per alert kind.
-HINTS = {
-    "nonfinite": "Find the first non-finite metric; lower the learning rate or check fp16/bf16 overflow and the reward function for NaN.",
-    "val_divergence": "Over-fitting: keep the best-validation checkpoint; more data, fewer epochs, or stronger KL/regularization.",
-    "beta_collapse": "The adaptive KL controller drove beta to its floor: raise the KL target range / beta floor, or use a fixed beta.",
-    "kl_low": "The policy is not moving: check the learning rate, frozen parameters, and that the loss reaches the policy.",
-    "kl_high": "The policy is running away from the reference: lower the learning rate or raise beta; inspect completions for reward hacking.",
-    "reward_variance_collapse": "Groups get identical rewards: check the reward function (constant? broken parser?) and prompt difficulty.",
-    "entropy_collapse": "The policy became deterministic: add an entropy bonus, raise temperature, or clip-higher (epsilon_high).",
-    "loss_spike": "Inspect the batch at the spike; lower the learning rate or tighten gradient clipping.",
-    "grad_explosion": "Lower the learning rate, tighten gradient clipping, check for bad samples or a loss-scale problem.",
-    "length_explosion": "Completions run into the length limit: add a length penalty, check for repetition loops or reward hacking.",
-    "reward_drop": "The policy got worse: compare completions before and after the change point; consider rolling back.",
-    "lr_zero": "The optimizer is not stepping: check the scheduler (warm-up length, total steps) and the configured learning rate.",
-    "plateau": "No recent improvement: the run may be done; keep the best checkpoint.",
-    "change_point": "A regime change: look at what else changed at that step.",
-    "regression": "The model is worse than its baseline: do not ship this checkpoint; compare against the starting model.",
-}
+def hints(alerts: list[Alert]) -> list[tuple[str, str]]:
+    """(kind, what to check) for each kind among the alerts, from their rules' ``hint``
+    annotations (the first alert of a kind that carries one), with the runbook link if any."""
+    out: dict[str, str] = {}
+    for a in alerts:
+        hint = (a.annotations or {}).get("hint")
+        if hint and a.kind not in out:
+            url = a.annotations.get("runbook_url")
+            out[a.kind] = hint + (f" Runbook: {url}" if url else "")
+    return list(out.items())
 
 
 def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: tuple[int, int] | None,
@@ -47,10 +39,11 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         w("\nWhy:\n")
         for a in firing:
             w(f"  step {a.step} [{a.rule}] {a.message}\n")
-        kinds = list(dict.fromkeys(a.kind for a in firing))
-        w("\nWhat to check:\n")
-        for k in kinds:
-            w(f"  {k}: {HINTS.get(k, '')}\n")
+        found = hints(firing)
+        if found:
+            w("\nWhat to check:\n")
+            for k, h in found:
+                w(f"  {k}: {h}\n")
     w("\nDecision:\n")
     if stop is not None and stop.alert is not None:
         a = stop.alert

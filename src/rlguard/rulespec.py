@@ -29,6 +29,10 @@ from .paths import DEFAULT_PACK
 from .yamlpos import load_model
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
+_KIND = re.compile(r"^[a-z][a-z0-9_]{1,47}$")
+_URL = re.compile(r"^https?://[^\s]+$")
+#: the kinds rlguard's own packs use; a custom pack may name its own (same spelling rules)
+KNOWN_KINDS = frozenset(k.value for k in Kind)
 
 
 class Guard(BaseModel):
@@ -36,7 +40,9 @@ class Guard(BaseModel):
 
     Exactly one of ``above``, ``below``, ``present``, ``ever_above``, ``position_below`` is
     given. ``position_below: p`` holds while the metric's latest value sits below fraction p of
-    its own observed range (min..max so far), or while it has no range yet. ``if_missing``
+    its own observed range (min..max so far), or while it has no range yet. ``spike_z: z``
+    holds where the metric, logged in the same record, is z robust sigmas above the median of
+    its previous 30 values (a coincident spike). ``if_missing``
     says what the guard means when the metric was never logged.
     """
 
@@ -47,11 +53,12 @@ class Guard(BaseModel):
     present: bool | None = None
     ever_above: float | None = None
     position_below: float | None = Field(None, gt=0, le=1)
+    spike_z: float | None = Field(None, gt=0)
     if_missing: Literal["pass", "fail"] = "fail"
 
     @model_validator(mode="after")
     def _one_condition(self) -> "Guard":
-        names = ("above", "below", "present", "ever_above", "position_below")
+        names = ("above", "below", "present", "ever_above", "position_below", "spike_z")
         given = [n for n in names if getattr(self, n) is not None]
         if len(given) != 1:
             raise ValueError(f"a guard needs exactly one of {', '.join(names)}")
@@ -69,7 +76,7 @@ class Rule(BaseModel):
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     id: str
-    kind: Kind
+    kind: str = Field(description="what went wrong, in snake_case; rlguard's kinds or a pack's own")
     status: Literal["stable", "test", "experimental", "deprecated"] = "experimental"
     severity: Severity
     action: Action = Action.ALERT
@@ -81,12 +88,35 @@ class Rule(BaseModel):
     params: dict[str, Any] = {}
     warmup_steps: int = Field(0, ge=0, description="ignore samples logged before first step + N")
     min_samples: int = Field(1, ge=1, description="samples of the metric before the rule speaks")
-    for_: int = Field(1, ge=1, alias="for", description="consecutive triggering samples to fire")
+    for_: int = Field(1, ge=1, alias="for", description="consecutive triggering records to fire")
+    for_steps: int | None = Field(None, ge=1, description="...or a streak covering this many training steps")
+    for_min: int = Field(1, ge=1, description="records a for_steps streak needs at the least")
     cooldown: int = Field(0, ge=0, description="samples after a resolve before it may fire again")
+    ignore_zero: bool = Field(False, description=(
+        "exact zeros are not samples (a grad norm of 0.0 on a step with no learning signal)"))
     guards: list[Guard] = []
     guard_mode: Literal["all", "any"] = "all"
     enabled: bool = True
     labels: dict[str, str] = {}
+    annotations: dict[str, str] = Field({}, description=(
+        "text carried by every alert of the rule, as Prometheus rule annotations: `hint` (what "
+        "to check first), `runbook_url` (http(s) link to a runbook), anything else"))
+
+    @field_validator("kind")
+    @classmethod
+    def _check_kind(cls, v: str) -> str:
+        if not _KIND.match(v):
+            raise ValueError("a kind is 2-48 characters of lower-case letters, digits and '_', "
+                             f"starting with a letter (rlguard's: {', '.join(sorted(KNOWN_KINDS))})")
+        return v
+
+    @field_validator("annotations")
+    @classmethod
+    def _check_annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        url = v.get("runbook_url")
+        if url is not None and not _URL.match(url):
+            raise ValueError("runbook_url must be an http(s) URL")
+        return v
 
     @field_validator("id")
     @classmethod

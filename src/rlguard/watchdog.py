@@ -139,7 +139,7 @@ class Watchdog:
                 alert = self._alert(rule, name, col, ev, inst)
                 new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert))
                 if ev.firing:
-                    d = Decision(Action(rule.action), alert.step, alert.message, alert, rule.kind.value)
+                    d = Decision(Action(rule.action), alert.step, alert.message, alert, rule.kind)
                     pending.append((int(col.seq[ev.index]), 1 + self._rule_order[rule.id], d))
 
     def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
@@ -183,7 +183,7 @@ class Watchdog:
 
     def _alert(self, rule: Rule, metric: str, col: Column, ev, inst: RuleInstance) -> Alert:
         j = ev.index
-        value = float(col.values[j])
+        value = float(col.values[j]) if ev.value is None else ev.value
         ckpt, best_of = None, None
         if rule.action == Action.STOP:
             if inst.detector.ref_is_best and ev.ref_step is not None:
@@ -194,10 +194,11 @@ class Watchdog:
         if ev.firing and rule.action == Action.STOP:
             msg += "; stop the run" + (f" and keep the step-{ckpt} checkpoint (best {best_of})"
                                        if ckpt is not None else "")
-        return Alert(run=self.run, rule=rule.id, kind=rule.kind.value, severity=rule.severity.value,
+        return Alert(run=self.run, rule=rule.id, kind=rule.kind, severity=rule.severity.value,
                      action=rule.action.value, step=int(col.steps[j]), metric=metric, value=value,
                      message=msg, status="firing" if ev.firing else "resolved",
-                     line=int(col.lines[j]), checkpoint_step=ckpt, labels=dict(rule.labels))
+                     line=int(col.lines[j]), checkpoint_step=ckpt, labels=dict(rule.labels),
+                     annotations=dict(rule.annotations))
 
     def _track_best(self, cols: dict[str, Column], pending: list) -> None:
         if self.best is None:

@@ -90,13 +90,29 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
 
+def _default_hints() -> dict[str, str]:
+    """Each kind's hint, as the default pack's rules carry it (the first rule of the kind)."""
+    from rlguard.paths import DEFAULT_PACK
+    from rlguard.rulespec import load_pack
+
+    out: dict[str, str] = {}
+    for r in load_pack(DEFAULT_PACK).rules:
+        if "hint" in r.annotations:
+            out.setdefault(r.kind, r.annotations["hint"])
+    return out
+
+
+HINTS = _default_hints()
+
+
 def make_alert(run: str = "run-a", rule: str = "RLG-NAN", metric: str = "loss", *,
                step: int = 10, status: str = "firing", kind: str = "nonfinite",
                severity: str = "critical", action: str = "alert", value: float | None = None,
                message: str = "loss is NaN", checkpoint_step: int | None = None) -> Alert:
     return Alert(run=run, rule=rule, kind=kind, severity=severity, action=action, step=step,
                  metric=metric, value=value, message=message, status=status,
-                 checkpoint_step=checkpoint_step)
+                 checkpoint_step=checkpoint_step,
+                 annotations={"hint": HINTS[kind]} if kind in HINTS else {})
 
 
 FAST = {"max_retries": 1, "retry_interval": 0.01, "timeout": 5}

@@ -3,11 +3,10 @@ from __future__ import annotations
 
 import json
 
-from notify_helpers import make_alert
+from notify_helpers import HINTS, make_alert
 
 from rlguard.notify import Message
 from rlguard.notify.blocks import MAX_BLOCKS, escape, fit, render
-from rlguard.render import HINTS
 
 
 def msg(*alerts, repeat=0, duplicate=False) -> Message:

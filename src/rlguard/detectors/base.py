@@ -51,6 +51,7 @@ class Scan:
     stat: np.ndarray  # float64
     ref: np.ndarray  # float64
     ref_step: np.ndarray | None = None  # int64, step the reference comes from (peak, best...)
+    level: np.ndarray | None = None  # float64, the value judged when it is not the raw sample
 
 
 class Detector(ABC):

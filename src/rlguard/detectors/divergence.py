@@ -31,6 +31,9 @@ class Divergence(Detector):
         noise_k: float = Field(3.0, ge=0, description="rise must also exceed k eval-noise sigmas")
         min_fall: float = Field(0.0, ge=0, description="companion fall since the best, relative")
         fall_k: float = Field(3.0, ge=0, description="companion fall in standard errors of its smoothed value")
+        require_companion: bool = Field(True, description=(
+            "False: judge the validation metric alone where the companion was never logged "
+            "(a rise above the best by min_rise and the noise, for min_evals_above_best evaluations)"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -59,15 +62,28 @@ class Divergence(Detector):
             if len(self.hist) >= 5:
                 margin = max(margin, p.noise_k * robust_sigma_of_diffs(np.array(self.hist)))
             rise[j], ref[j], ref_step[j] = v - self.best, self.best, self.best_step
+            if np.isnan(self.other_at_best) and not np.isnan(o):
+                # the companion was not logged yet at the best: its first value after it stands in
+                self.other_at_best, self.se_at_best = o, se
+                continue
+            rose = self.above >= p.min_evals_above_best and rise[j] > margin + chunk.quantum
+            if not p.require_companion:
+                if np.isnan(o):
+                    verdict[j] = rose
+                continue
             if np.isnan(o) or np.isnan(self.other_at_best):
                 continue
             need = max(p.min_fall * abs(self.other_at_best), p.fall_k * float(np.hypot(se, self.se_at_best)))
             fell = o < self.other_at_best - need
-            verdict[j] = self.above >= p.min_evals_above_best and rise[j] > margin + chunk.quantum and fell
+            verdict[j] = rose and fell
         return Scan(verdict, rise, ref, ref_step)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         pct = f" (+{stat / abs(ref) * 100:.2g}%)" if ref else ""
+        if not self.p.require_companion:
+            return (f"{metric} = {fmt(value)} has been above its best {fmt(ref)} (step {ref_step}) for "
+                    f"{self.p.min_evals_above_best}+ evaluations{pct}; {self.p.with_metric} is not logged, "
+                    f"so over-fitting could not be checked against it")
         return (f"{metric} = {fmt(value)} has been above its best {fmt(ref)} (step {ref_step}) for "
                 f"{self.p.min_evals_above_best}+ evaluations{pct} while {self.p.with_metric} kept falling "
                 f"(from {fmt(self.other_at_best)}): over-fitting")

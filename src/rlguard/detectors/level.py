@@ -12,13 +12,22 @@
   matters and keeps long replays cheap.
 - ``saturation``: the recent rolling median reached a bound that the early level was well
   below (truncation ratio pinned near 1).
+- ``rise``: the level climbed to a multiple of the lowest level of the run (a loss diverging),
+  from the second record on.
+- ``gain_loss``: a metric gave back a large share of what it had gained since the start of
+  the run, measured against its own noise (a reward sliding slowly off its peak).
+- ``drift``: the level moved a long way from the start of the run in one direction.
+- ``trend``: a steady monotone move (Mann-Kendall) over the first records of a run.
 """
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
 
-from .base import TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling, upper_median
+from .base import (TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
+                   robust_sigma_of_diffs, rolling, upper_median)
 from .simple import compare
 
 
@@ -94,6 +103,13 @@ class Collapse(_Rolling):
         min_history: int = Field(10, ge=1, description="samples before the reference is trusted")
         min_reference: float = Field(0.0, ge=0, description="references at or below this are not meaningful")
         abs_below: float | None = Field(None, description="also require level below this absolute value")
+        ref_window: int | None = Field(None, ge=1, description=(
+            "the reference is the peak of the rolling median of N samples, partial windows "
+            "included (for short runs); default: the level's own window, full windows only"))
+        max_spread: float | None = Field(None, gt=1, description=(
+            "judge only while the 10 samples before this one (less the collapse in progress) stay "
+            "within this factor of each other: a metric whose own noise swings 50x between "
+            "records (tiny-batch entropy) gets no opinion from a short-window rule"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -102,11 +118,18 @@ class Collapse(_Rolling):
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        _, level, first = self._levels(chunk, p.window - 1)
+        rw = p.ref_window
+        keep = max(p.window, rw or 1, 11 if p.max_spread is not None else 1) - 1
+        hist, level, first = self._levels(chunk, keep)
         n = len(level)
         pos = first + np.arange(n)
-        # the reference is the peak of the rolling median, counted once windows are full
-        cand = np.where(pos >= p.window - 1, level, -np.inf)
+        if rw is None:  # the reference is the peak of the rolling median, counted once windows are full
+            cand = np.where(pos >= p.window - 1, level, -np.inf)
+        else:
+            cand = rolling(hist, rw, "median", last=n) if rw > 1 else chunk.values
+            if rw > 1 and first < rw - 1:  # partial windows at the start of the run: lower median
+                for j in range(min(n, rw - 1 - first)):
+                    cand[j] = float(np.median(hist[: len(hist) - n + j + 1][-rw:]))
         acc = np.maximum.accumulate(np.concatenate([[self.ref], cand]))
         run, before = acc[1:], acc[:-1]
         idx = np.where(cand > before, np.arange(n), -1)  # strictly new peaks
@@ -118,14 +141,28 @@ class Collapse(_Rolling):
         trig = ratio <= p.max_ratio
         if p.abs_below is not None:
             trig &= compare(level, chunk.quantum, None, p.abs_below) == TRIGGERED
+        if p.max_spread is not None:
+            ok &= self._calm(hist, n, run, p.max_spread)
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         if n:
             self.ref, self.ref_step = float(run[-1]), int(ref_step[-1])
-        return Scan(verdict, ratio, run, ref_step.astype(np.int64))
+        return Scan(verdict, ratio, run, ref_step.astype(np.int64), level=level)
+
+    def _calm(self, hist: np.ndarray, n: int, ref: np.ndarray, spread: float) -> np.ndarray:
+        out = np.zeros(n, dtype=bool)
+        off = len(hist) - n
+        for j in range(n):  # short-window rules only: the tail is at most 10 samples
+            prev = hist[max(0, off + j - 10): off + j]
+            low = prev <= self.p.max_ratio * ref[j]
+            streak = len(low) - (np.flatnonzero(~low)[-1] + 1) if (~low).any() else len(low)
+            prev = prev[: len(prev) - streak]  # the collapse in progress is not noise; earlier dips are
+            out[j] = len(prev) > 0 and prev.min() > 0 and prev.max() <= spread * prev.min()
+        return out
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
-        return (f"{metric} (median of last {self.p.window}) fell to {stat * 100:.2g}% of its "
-                f"highest level {fmt(ref)} (step {ref_step}); latest value {fmt(value)}")
+        what = metric if self.p.window == 1 else f"{metric} (median of last {self.p.window})"
+        return (f"{what} fell to {stat * 100:.2g}% of its highest level {fmt(ref)} "
+                f"(step {ref_step}); latest value {fmt(value)}")
 
     def state_dict(self):
         return super().state_dict() | {"ref": self.ref if np.isfinite(self.ref) else None,
@@ -149,6 +186,9 @@ class Growth(_Rolling):
         min_value: float = Field(0.0, description="and the level is above this absolute value")
         refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
         min_baseline: int = Field(5, ge=1, description="samples the baseline needs (a partial window early in the run)")
+        over_baseline_max: float | None = Field(None, gt=0, description=(
+            "and level >= this times the largest value of the baseline window (heavy-tailed "
+            "metrics: growth beyond what the run's own bursts reached)"))
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -158,20 +198,25 @@ class Growth(_Rolling):
         absolute = first + np.arange(n)
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
         end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
-        base = np.full(n, np.nan)
+        base, top = np.full(n, np.nan), np.full(n, np.nan)
         full = end - p.baseline_window >= 0
         if full.any():
             uniq, inv = np.unique(end[full], return_inverse=True)
             view = np.lib.stride_tricks.sliding_window_view(hist, p.baseline_window)
             base[full] = upper_median(view[uniq - p.baseline_window], axis=1)[inv]
+            if p.over_baseline_max is not None:
+                top[full] = view[uniq - p.baseline_window].max(axis=1)[inv]
         early = ~full & (end >= p.min_baseline)  # the first samples of a run: a partial window
         for j in np.flatnonzero(early):
             base[j] = upper_median(hist[: end[j]])
+            top[j] = hist[: end[j]].max()
         lower = level - chunk.quantum / 2.0
         ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
         trig = (ratio >= p.min_factor) & (lower > p.min_value)
+        if p.over_baseline_max is not None:
+            trig &= lower >= p.over_baseline_max * top
         verdict = np.where(np.isfinite(ratio), trig.astype(np.int8), UNKNOWN).astype(np.int8)
-        return Scan(verdict, ratio, base)
+        return Scan(verdict, ratio, base, level=level)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         p = self.p
@@ -217,3 +262,264 @@ class Saturation(_Rolling):
     def load_state_dict(self, s):
         super().load_state_dict(s)
         self.early = list(s.get("early", []))
+
+
+@register
+class Rise(_Rolling):
+    """The level (rolling median) climbed far above the lowest level the run reached.
+
+    For a quantity that should fall or hold (a loss): ``level >= min_factor * best`` and
+    ``level - best >= min_delta``. No lagged baseline is needed, so it speaks from the second
+    record of a short run (a DPO loss going 0.69 -> 16) as well as late in a long one.
+    """
+
+    name = "rise"
+
+    class Params(Params):
+        window: int = Field(1, ge=1, description="rolling median of the last N samples (the level)")
+        min_factor: float = Field(gt=1, description="fires when level >= min_factor * best")
+        min_delta: float = Field(0.0, ge=0, description="and level - best is at least this")
+        min_history: int = Field(2, ge=1, description="samples before judging")
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.best = np.inf
+        self.best_step = -1
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        _, level, first = self._levels(chunk, p.window - 1)
+        n = len(level)
+        acc = np.minimum.accumulate(np.concatenate([[self.best], level]))
+        best = acc[:-1]  # the best before this sample
+        idx = np.where(level < best, np.arange(n), -1)
+        last = np.maximum.accumulate(idx) if n else idx
+        prev = np.concatenate([[-1], last[:-1]]) if n else last
+        best_step = np.where(prev >= 0, chunk.steps[np.maximum(prev, 0)], self.best_step)
+        lower = level - chunk.quantum / 2.0
+        ratio = np.divide(lower, best, out=np.full(n, np.nan), where=best > 0)
+        trig = (lower - best >= p.min_delta) & (np.where(best > 0, ratio, np.inf) >= p.min_factor)
+        ok = (first + np.arange(n) >= p.min_history - 1) & np.isfinite(best)
+        verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        if n:
+            self.best = float(acc[-1])
+            self.best_step = int(chunk.steps[last[-1]]) if last[-1] >= 0 else self.best_step
+        return Scan(verdict, ratio, best, best_step.astype(np.int64), level=level)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        what = metric if self.p.window == 1 else f"{metric} (median of last {self.p.window})"
+        times = f"{fmt(stat)}x " if np.isfinite(stat) else ""
+        return (f"{what} = {fmt(value)} climbed to {times}its lowest level {fmt(ref)} "
+                f"(step {ref_step}): the run is diverging")
+
+    def state_dict(self):
+        return super().state_dict() | {"best": self.best if np.isfinite(self.best) else None,
+                                        "best_step": self.best_step}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.best = np.inf if s.get("best") is None else float(s["best"])
+        self.best_step = int(s.get("best_step", -1))
+
+
+@register
+class GainLoss(_Rolling):
+    """The run gave back a large part of what it had gained (a reward sliding off its peak).
+
+    ``start`` is the first full rolling mean of ``window`` samples, ``peak`` the highest rolling
+    mean since, ``level`` the current one. The noise of a rolling mean is the robust sigma of
+    the sample-to-sample differences over the kept history, divided by sqrt(window). It fires
+    when a real gain was made (``peak - start`` at least ``gain_z`` noise units) and the level
+    is back down by ``min_frac`` of that gain and by ``z`` noise units; both margins grow by
+    sqrt(2 ln m) after m windows, the expected excess of the largest of m noisy means. A slow slide that no
+    threshold-with-persistence catches accumulates here: the comparison is with the peak, not
+    with the recent past.
+    """
+
+    name = "gain_loss"
+
+    class Params(Params):
+        window: int = Field(10, ge=2, description="rolling mean of the last N samples (the level)")
+        min_frac: float = Field(0.35, gt=0, le=1, description="share of the gain given back")
+        z: float = Field(4.0, gt=0, description="and the fall is this many noise units")
+        gain_z: float = Field(4.0, gt=0, description="a gain counts when it is this many noise units")
+        history: int = Field(200, ge=20, description="samples kept for the noise estimate")
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.start: float | None = None
+        self.peak = -np.inf
+        self.peak_step = -1
+        self.sigma: float | None = None
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hist = extend_tail(self.tail, chunk.values)
+        n, first = len(chunk.values), self.seen
+        level = rolling(hist, p.window, "mean", last=n)
+        pos = first + np.arange(n)
+        full = pos >= p.window - 1
+        self.seen += n
+        self.tail = keep_tail(hist, p.history)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.full(n, np.nan)
+        ref_step = np.full(n, -1, dtype=np.int64)
+        sig = self._sigmas(hist, n, first)
+        if not full.any():
+            return Scan(verdict, stat, ref, ref_step, level=level)
+        if self.start is None:
+            self.start = float(level[np.argmax(full)])
+        cand = np.where(full, level, -np.inf)
+        acc = np.maximum.accumulate(np.concatenate([[self.peak], cand]))[1:]
+        idx = np.where(cand > np.concatenate([[self.peak], acc[:-1]]), np.arange(n), -1)
+        last = np.maximum.accumulate(idx)
+        pstep = np.where(last >= 0, chunk.steps[np.maximum(last, 0)], self.peak_step)
+        sig = np.maximum(np.nan_to_num(sig, nan=np.inf), max(chunk.quantum, 1e-12)) / np.sqrt(p.window)
+        gain, fall = acc - self.start, acc - level
+        # the peak is the largest of many rolling means: it sits sqrt(2 ln m) noise units above
+        # the true level after m independent windows, so both tests are raised by that much
+        m = np.maximum((pos + 1) / p.window, 1.0)
+        bias = np.sqrt(2.0 * np.log(m))
+        trig = (gain >= (p.gain_z + bias) * sig) & (fall >= p.min_frac * gain) & (fall >= (p.z + bias) * sig)
+        verdict = np.where(full & np.isfinite(sig), trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        stat = np.divide(fall, gain, out=np.zeros(n), where=gain > 0)
+        self.peak, self.peak_step = float(acc[-1]), int(pstep[-1])
+        return Scan(verdict, stat, acc, pstep.astype(np.int64), level=level)
+
+    def _sigmas(self, hist: np.ndarray, n: int, first: int) -> np.ndarray:
+        """Noise of one sample (robust sigma of the differences over the trailing history),
+        re-estimated every 32 samples counted from the start of the run (it moves slowly; the
+        fixed blocks keep replay and live use identical)."""
+        out = np.empty(n)
+        off = len(hist) - n
+        for j in range(n):
+            if (first + j) % 32 == 0 or self.sigma is None or not np.isfinite(self.sigma):
+                end = off + j + 1
+                self.sigma = robust_sigma_of_diffs(hist[max(0, end - self.p.history): end])
+            out[j] = self.sigma
+        return out
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        gain = ref - (self.start if self.start is not None else ref)
+        return (f"{metric} (mean of last {self.p.window}) = {fmt(value)} gave back {stat * 100:.0f}% of "
+                f"its gain: peak {fmt(ref)} (step {ref_step}), start {fmt(self.start)} (+{fmt(gain)})")
+
+    def state_dict(self):
+        sigma = self.sigma if self.sigma is not None and np.isfinite(self.sigma) else None
+        return super().state_dict() | {"start": self.start,
+                                        "peak": self.peak if np.isfinite(self.peak) else None,
+                                        "peak_step": self.peak_step, "sigma": sigma}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.start = s.get("start")
+        self.sigma = s.get("sigma")
+        self.peak = -np.inf if s.get("peak") is None else float(s["peak"])
+        self.peak_step = int(s.get("peak_step", -1))
+
+
+@register
+class Drift(_Rolling):
+    """The level moved far from where the run started, in one direction.
+
+    ``start`` is the median of the first ``ref_window`` samples; ``level`` the rolling median of
+    ``window``. It fires when the level moved by ``min_delta`` in ``direction`` and its
+    magnitude is ``min_factor`` times the start's (log-probabilities that keep falling: -80 ->
+    -400). It needs no noise history beyond the start, so slow drifts of any logging interval
+    count alike.
+    """
+
+    name = "drift"
+
+    class Params(Params):
+        window: int = Field(5, ge=1, description="rolling median of the last N samples (the level)")
+        ref_window: int = Field(5, ge=1, description="the first N samples define the start")
+        direction: Literal["up", "down"] = "down"
+        min_delta: float = Field(0.0, ge=0, description="move from the start, in the metric's units")
+        min_factor: float = Field(1.0, ge=1, description="|level| >= min_factor * |start|")
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.early: list[float] = []
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        need = p.ref_window - len(self.early)
+        if need > 0:
+            self.early.extend(chunk.values[:need].tolist())
+        _, level, first = self._levels(chunk, p.window - 1)
+        n = len(level)
+        start = float(np.median(self.early)) if self.early else np.nan
+        sign = 1.0 if p.direction == "up" else -1.0
+        moved = sign * (level - start)
+        trig = (moved >= max(p.min_delta, chunk.quantum)) & (np.abs(level) >= p.min_factor * abs(start))
+        ready = first + np.arange(n) >= max(p.ref_window, p.window) - 1 + 1
+        verdict = np.where(ready, trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        return Scan(verdict, moved, np.full(n, start), level=level)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        word = "rose" if self.p.direction == "up" else "fell"
+        return (f"{metric} (median of last {self.p.window}) {word} to {fmt(value)} from {fmt(ref)} at "
+                f"the start of the run ({fmt(stat)} {'up' if self.p.direction == 'up' else 'down'})")
+
+    def state_dict(self):
+        return super().state_dict() | {"early": self.early}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.early = list(s.get("early", []))
+
+
+@register
+class Trend(_Rolling):
+    """A steady monotone move from the first records of a run (a reward sliding from step 1).
+
+    Mann-Kendall's S over the last ``window`` samples (at least ``min_history``), as a z-score,
+    and the Theil-Sen slope times the window's span as the size of the move, relative to the
+    window's median magnitude. Only the first ``max_records`` samples are judged: later in a
+    run, level changes are the change-point and gain detectors' business, and thousands of
+    overlapping windows would turn a per-window false-positive rate into a certainty.
+    """
+
+    name = "trend"
+
+    class Params(Params):
+        window: int = Field(10, ge=4, description="samples the test looks at")
+        min_history: int = Field(6, ge=4)
+        z: float = Field(3.0, gt=0, description="Mann-Kendall z-score in the watched direction")
+        min_rel_change: float = Field(0.3, ge=0, description="move over the window / |median|")
+        direction: Literal["up", "down"] = "down"
+        max_records: int = Field(30, ge=4, description="judge only the first N samples of the run")
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hist, _, first = self._levels(chunk, p.window - 1)
+        n, off = len(chunk.values), len(hist) - len(chunk.values)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.zeros(n)
+        sign = 1.0 if p.direction == "up" else -1.0
+        for j in range(n):
+            pos = first + j
+            if pos >= p.max_records:
+                break
+            w = hist[max(0, off + j + 1 - p.window): off + j + 1]
+            if len(w) < p.min_history:
+                continue
+            k = len(w)
+            d = w[None, :] - w[:, None]
+            iu = np.triu_indices(k, 1)
+            s = float(np.sign(d[iu]).sum())
+            var = k * (k - 1) * (2 * k + 5) / 18.0
+            z = (s - np.sign(s)) / np.sqrt(var)
+            slope = float(np.median(d[iu] / (iu[1] - iu[0])))
+            change = slope * (k - 1)
+            med = abs(float(np.median(w)))
+            rel = abs(change) / med if med > 0 else np.inf
+            stat[j], ref[j] = z, change
+            verdict[j] = sign * z >= p.z and sign * change > 0 and rel >= p.min_rel_change
+        return Scan(verdict, stat, ref)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        word = "rising" if self.p.direction == "up" else "falling"
+        return (f"{metric} = {fmt(value)} has been {word} steadily since the start of the run "
+                f"(Mann-Kendall z = {fmt(stat)}; {fmt(ref)} over the last {self.p.window} records)")

@@ -78,7 +78,7 @@ class Threshold(Detector):
             self.tail = keep_tail(hist, p.window - 1)
         bound = p.above if p.above is not None else p.below
         verdict = compare(level, chunk.quantum, p.above, p.below)
-        return Scan(verdict, level, np.full(len(level), bound))
+        return Scan(verdict, level, np.full(len(level), bound), level=level if p.window > 1 else None)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         p = self.p

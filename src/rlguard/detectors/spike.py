@@ -33,6 +33,9 @@ class Spike(Detector):
         direction: Literal["up", "down", "both"] = "up"
         refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
         min_abs_delta: float = Field(0.0, ge=0, description="and |value - median| at least this")
+        over_max: float | None = Field(None, gt=0, description=(
+            "and value >= over_max * the largest value of the window: beyond anything the run's "
+            "own (heavy-tailed) noise produced lately, not just far from its median"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -46,7 +49,7 @@ class Spike(Detector):
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
-        med, mad = np.full(n, np.nan), np.full(n, np.nan)
+        med, mad, top = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
         uniq, inv = np.unique(local, return_inverse=True)
         full = uniq - p.window >= 0
         if full.any():
@@ -56,11 +59,16 @@ class Spike(Detector):
             um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
             um[full], ud[full] = m, np.median(np.abs(view - m[:, None]), axis=1)
             med, mad = um[inv], ud[inv]
+            if p.over_max is not None:
+                ut = np.full(len(uniq), np.nan)
+                ut[full] = view.max(axis=1)
+                top = ut[inv]
         have = np.minimum(start, p.window)
         for j in np.flatnonzero((have >= p.min_history) & np.isnan(med)):  # partial windows at the start
             w = hist[max(0, local[j] - p.window): local[j]]
             med[j] = np.median(w)
             mad[j] = np.median(np.abs(w - med[j]))
+            top[j] = w.max()
         ok = have >= p.min_history
         scale = np.maximum.reduce([1.4826 * mad, p.rel_floor * np.abs(med),
                                    np.full(n, max(chunk.quantum, 1e-12))])
@@ -75,6 +83,8 @@ class Spike(Detector):
             trig &= chunk.values >= p.min_ratio * np.abs(med)
         if p.min_abs_delta:
             trig &= np.abs(chunk.values - med) >= p.min_abs_delta
+        if p.over_max is not None:
+            trig &= chunk.values >= p.over_max * top
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         self.seen += n
         self.tail = keep_tail(hist, p.window + p.refresh)

@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from ..alerts import Alert
-from ..render import HINTS
+from ..render import hints as rule_hints
 from .message import Message, action_rank, severity_rank
 
 MAX_TEXT = 3000
@@ -117,10 +117,10 @@ def _titled(title: str, body: object) -> dict[str, Any]:
 
 
 def _hints(alerts: list[Alert]) -> dict[str, Any] | None:
-    kinds = [k for k in dict.fromkeys(a.kind for a in alerts) if k in HINTS]
-    if not kinds:
+    found = rule_hints(alerts)
+    if not found:
         return None
-    return _titled("What to check", "\n".join(f"• *{k}*: {HINTS[k]}" for k in kinds))
+    return _titled("What to check", "\n".join(f"• *{k}*: {h}" for k, h in found))
 
 
 def _footer(message: Message) -> dict[str, Any]:

@@ -8,7 +8,10 @@ Ray ``[repeated Nx across cluster]`` suffix. Every other line (``epoch 0, step 1
 function prints, ``Final validation metrics: {...}``, banners) is noise: skipped and counted.
 
 Values: older verl prints floats with 3 decimals (``0.000`` means |x| < 0.0005, not zero), so
-a plain decimal with d decimals (d < 10) gets ``resolution[key] = 10**-d``; values without a
+a plain decimal with d decimals (d < 10) gets ``resolution[key] = 10**-d``, unless the line's
+line holds a plain decimal of 10+ digits (newer verl prints Python's shortest repr, where
+``-1.0`` is exact and a 3-decimal printer never writes 15 decimals: every value of the line is
+then exact); values without a
 decimal point, in exponent notation, with 10+ decimals, or wrapped (``np.float64(0.5)``,
 ``np.int64(3)``, ``tensor(0.1, device='cuda:0')``) are exact. ``nan``/``inf``/``-inf`` are
 accepted; ``True``/``False`` are not metrics and are ignored. A value that is not a number is
@@ -27,6 +30,7 @@ from ._common import QUANTUM, note_bad, open_binary, reading, short, to_step
 _SNIFF = re.compile(r"(?:^|[\s)\]])step:\s*-?\d+ - [^\s:]+:\S", re.MULTILINE)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_LONG_DECIMAL = re.compile(r":\s*-?\d+\.\d{10,}(?:\s|$)")
 _BOUNDARY = b" )]\t"  # what may precede a record's "step:"
 _IGNORED = ("True", "False")
 
@@ -105,6 +109,8 @@ def _parse(raw: bytes, start: int, lineno: int, prev: int,
     if not metrics:  # a step line all of whose values are bad
         note_bad(stats, lineno, f"no usable value on the step:{step} line")
         return None
+    if resolution and _LONG_DECIMAL.search(text):
+        resolution = {}  # Python's shortest repr (a value with 10+ decimals): every value is exact
     return LogRecord(step, metrics, lineno, resolution)
 
 

@@ -1,0 +1,129 @@
+"""Detectors that weigh evidence against the metric's own base rate, not a fixed count.
+
+- ``streak``: a run of samples meeting a condition (reward spread exactly 0, every group
+  tied) is judged by how improbable it is for this run. The base rate ``p`` is the share of
+  earlier samples that met the condition, with a prior of ``prior_hits`` in ``prior_n``
+  samples (about 7% before any history); a streak of ``k`` fires once ``p**k <= alpha``. A run
+  that logs one GRPO group per step ties by chance 20-40% of the time and needs 6-9 tied
+  records in a row; a run whose groups never tied needs 3. The streak in progress does not
+  count toward ``p``.
+- ``null_mean``: a signed estimate (verl/MiniMind-style mean log-ratio KL, ``k1``) whose mean
+  over the last ``window`` samples is not distinguishable from zero (``|mean| <= t`` standard
+  errors) while a good share of samples is negative. The true KL is never negative, so an
+  estimator that keeps giving both signs around zero says the policy has not moved.
+"""
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
+from .simple import compare
+
+
+@register
+class Streak(Detector):
+    name = "streak"
+
+    class Params(Params):
+        above: float | None = None
+        below: float | None = None
+        alpha: float = Field(5e-4, gt=0, lt=1, description="fires when base_rate**streak <= alpha")
+        prior_hits: float = Field(0.5, ge=0, description="prior: hits...")
+        prior_n: float = Field(7.0, gt=0, description="...in this many samples")
+        min_streak: int = Field(1, ge=1, description="never fire on fewer samples in a row")
+
+        @model_validator(mode="after")
+        def _one_bound(self):
+            if (self.above is None) == (self.below is None):
+                raise ValueError("give exactly one of above, below")
+            return self
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.k = 0  # current streak
+        self.hits = 0  # samples that met the condition before the current streak
+        self.n = 0  # samples before the current streak
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hit = compare(chunk.values, chunk.quantum, p.above, p.below)
+        n = len(hit)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.zeros(n)
+        log_alpha = np.log(p.alpha)
+        for j, h in enumerate(hit.tolist()):  # a plain loop: the state is three integers
+            if h == UNKNOWN:
+                continue
+            if h:
+                self.k += 1
+            else:
+                self.hits += self.k
+                self.n += self.k + 1
+                self.k = 0
+            rate = (self.hits + p.prior_hits) / (self.n + p.prior_n)
+            stat[j], ref[j] = self.k, rate
+            verdict[j] = self.k >= p.min_streak and self.k * np.log(rate) <= log_alpha
+        return Scan(verdict, stat, ref)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        p = self.p
+        cond = f"above {fmt(p.above)}" if p.above is not None else f"below {fmt(p.below)}"
+        return (f"{metric} = {fmt(value)}: {int(stat)} records in a row {cond}, where this run's own "
+                f"rate ({ref * 100:.2g}% of records) makes such a streak a 1-in-{fmt(1 / ref ** stat)} chance")
+
+    def state_dict(self):
+        return {"k": self.k, "hits": self.hits, "n": self.n}
+
+    def load_state_dict(self, s):
+        self.k, self.hits, self.n = int(s.get("k", 0)), int(s.get("hits", 0)), int(s.get("n", 0))
+
+
+@register
+class NullMean(Detector):
+    name = "null_mean"
+
+    class Params(Params):
+        window: int = Field(50, ge=10, description="samples in the judged window")
+        t: float = Field(2.0, gt=0, description="mean within this many standard errors of 0")
+        min_negative: float = Field(0.2, ge=0, le=1, description="share of negative samples")
+        max_abs_mean: float = Field(0.01, gt=0, description="and |mean| below this")
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.tail: list[float] = []
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hist = extend_tail(self.tail, chunk.values)
+        n, off, w = len(chunk.values), len(hist) - len(chunk.values), p.window
+        self.tail = keep_tail(hist, w - 1)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.zeros(n)
+        end = off + np.arange(n) + 1  # window = hist[end - w: end]
+        ok = end >= w
+        if not ok.any():
+            return Scan(verdict, stat, ref)
+        c1 = np.concatenate([[0.0], np.cumsum(hist)])
+        c2 = np.concatenate([[0.0], np.cumsum(hist * hist)])
+        cn = np.concatenate([[0], np.cumsum(hist < 0)])
+        e = end[ok]
+        mean = (c1[e] - c1[e - w]) / w
+        var = np.maximum((c2[e] - c2[e - w]) / w - mean * mean, 0.0) * w / (w - 1)
+        se = np.sqrt(var / w)
+        neg = (cn[e] - cn[e - w]) / w
+        trig = (np.abs(mean) <= p.t * se) & (neg >= p.min_negative) & (np.abs(mean) < p.max_abs_mean)
+        verdict[ok] = trig
+        stat[ok], ref[ok] = mean, se
+        return Scan(verdict, stat, ref, level=np.where(ok, stat, chunk.values))
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        return (f"{metric}: mean of the last {self.p.window} values {fmt(stat)} is within "
+                f"{self.p.t:g} standard errors ({fmt(ref)}) of zero, with both signs: a KL estimate "
+                f"that cannot tell the policy from its reference (it has not moved)")
+
+    def state_dict(self):
+        return {"tail": self.tail}
+
+    def load_state_dict(self, s):
+        self.tail = list(s.get("tail", []))
