@@ -268,8 +268,9 @@ class Saturation(_Rolling):
 class Rise(_Rolling):
     """The level (rolling median) climbed far above the lowest level the run reached.
 
-    For a quantity that should fall or hold (a loss): ``level >= min_factor * best`` and
-    ``level - best >= min_delta``. No lagged baseline is needed, so it speaks from the second
+    For a positive quantity that should fall or hold (a loss): ``level >= min_factor * best``
+    and ``level - best >= min_delta``; once the level has reached 0 or below (a policy-gradient
+    loss) there is no opinion. No lagged baseline is needed, so it speaks from the second
     record of a short run (a DPO loss going 0.69 -> 16) as well as late in a long one.
     """
 
@@ -299,7 +300,7 @@ class Rise(_Rolling):
         lower = level - chunk.quantum / 2.0
         ratio = np.divide(lower, best, out=np.full(n, np.nan), where=best > 0)
         trig = (lower - best >= p.min_delta) & (np.where(best > 0, ratio, np.inf) >= p.min_factor)
-        ok = (first + np.arange(n) >= p.min_history - 1) & np.isfinite(best)
+        ok = (first + np.arange(n) >= p.min_history - 1) & np.isfinite(best) & (best > 0)
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         if n:
             self.best = float(acc[-1])
