@@ -67,6 +67,7 @@ class Kind(str, Enum):
     REGRESSION = "regression"
     STALL = "stall"
     DUPLICATE_RUN = "duplicate_run"
+    LENGTH_COLLAPSE = "length_collapse"
     DPO_LIKELIHOOD_COLLAPSE = "dpo_likelihood_collapse"
     DPO_MARGIN_EXPLOSION = "dpo_margin_explosion"
     DPO_OVERFIT = "dpo_overfit"

@@ -56,7 +56,7 @@ def test_sighup_reload_keeps_old_rules_when_the_new_file_is_bad(tmp_path, daemon
     shutil.copy(DEFAULT_PACK, rules)
     append(tmp_path / "runs" / "r" / "metrics.jsonl", healthy(1, 5))
     d = daemon_factory("--rules", str(rules)).start()
-    rules.write_text("apiVersion: rlguard/v1\npack: x\nversion: '1'\nrules:\n  - id: X-1\n    kind: nope\n")
+    rules.write_text("apiVersion: rlguard/v1\npack: x\nversion: '1'\nrules:\n  - id: X-1\n    kind: Not A Kind\n")
     d.proc.send_signal(signal.SIGHUP)
     d.wait_for(lambda: "rules not reloaded" in d.log.read_text(), "bad reload not reported")
     assert f"{rules}:6: rules[0].kind" in d.log.read_text()

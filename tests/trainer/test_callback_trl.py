@@ -61,7 +61,11 @@ def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path):
     assert trainer.state.global_step == stop["step"] <= 8  # a few logging steps, not 40
     assert (out / f"checkpoint-{stop['step']}" / "rlguard_state.json").is_file()
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
-    assert decisions[0]["action"] == "stop" and decisions[0]["run"] == "const"
+    # graded evidence: a warning may come first (3 tied records), the stop follows (5), all of one kind
+    stops = [d for d in decisions if d["action"] == "stop"]
+    assert stops and stops[0]["run"] == "const" and stops[0]["step"] == stop["step"]
+    assert {d["kind"] for d in decisions} == {"reward_variance_collapse"}
+    assert all(d["severity"] == "warning" for d in decisions[:decisions.index(stops[0])])
 
     # resuming from that checkpoint: the watchdog state comes back, the alert is not sent again
     grpo(tiny, out, constant, stop["step"] + 8, resume=str(out / f"checkpoint-{stop['step']}"))

@@ -141,22 +141,26 @@ class Collapse(_Rolling):
         trig = ratio <= p.max_ratio
         if p.abs_below is not None:
             trig &= compare(level, chunk.quantum, None, p.abs_below) == TRIGGERED
-        if p.max_spread is not None:
-            ok &= self._calm(hist, n, run, p.max_spread)
+        if p.max_spread is not None:  # only where it matters: the rule would trigger
+            cand_j = np.flatnonzero(ok & trig)
+            calm = np.zeros(n, dtype=bool)
+            calm[cand_j] = self._calm(hist, n, run, p.max_spread, cand_j)
+            ok &= calm
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         if n:
             self.ref, self.ref_step = float(run[-1]), int(ref_step[-1])
         return Scan(verdict, ratio, run, ref_step.astype(np.int64), level=level)
 
-    def _calm(self, hist: np.ndarray, n: int, ref: np.ndarray, spread: float) -> np.ndarray:
-        out = np.zeros(n, dtype=bool)
+    def _calm(self, hist: np.ndarray, n: int, ref: np.ndarray, spread: float,
+              where: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(where), dtype=bool)
         off = len(hist) - n
-        for j in range(n):  # short-window rules only: the tail is at most 10 samples
+        for i, j in enumerate(where.tolist()):  # the 10 samples before each candidate
             prev = hist[max(0, off + j - 10): off + j]
             low = prev <= self.p.max_ratio * ref[j]
             streak = len(low) - (np.flatnonzero(~low)[-1] + 1) if (~low).any() else len(low)
             prev = prev[: len(prev) - streak]  # the collapse in progress is not noise; earlier dips are
-            out[j] = len(prev) > 0 and prev.min() > 0 and prev.max() <= spread * prev.min()
+            out[i] = len(prev) > 0 and prev.min() > 0 and prev.max() <= spread * prev.min()
         return out
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
