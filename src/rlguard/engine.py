@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import Column
-from .detectors import DETECTORS, UNKNOWN, Chunk, Detector
+from .detectors import DETECTORS, FINE, UNKNOWN, Chunk, Detector
 from .rulespec import Guard, Rule
 
 
@@ -79,7 +79,11 @@ class RuleInstance:
         mute = count < r.min_samples
         if r.warmup_steps:
             mute |= col.steps < first_step + r.warmup_steps
-        if guard_ok is not None:
+        if callable(guard_ok):  # coincidence guards: asked only where the detector triggered
+            hit = np.flatnonzero(verdict == 1)
+            if len(hit):
+                verdict[hit[~guard_ok(hit)]] = FINE
+        elif guard_ok is not None:
             mute |= ~guard_ok
         verdict[mute] = UNKNOWN
         return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps)
@@ -94,7 +98,18 @@ class RuleInstance:
             return []  # fast path: nothing pending, nothing triggered
         events: list[Event] = []
         r = self.rule
-        for j, vj in zip(judged.tolist(), v.tolist()):
+        trig_at = np.flatnonzero(v == 1)  # positions in `judged` of triggered samples
+        i, n = 0, len(judged)
+        while i < n:
+            if not (self.firing or self.run) and v[i] != 1:
+                # idle on a fine sample: nothing happens until the next trigger but the cool-down
+                k = int(trig_at[np.searchsorted(trig_at, i)]) if len(trig_at) and trig_at[-1] >= i else n
+                self.cool = max(0, self.cool - (k - i))
+                self.last_step = int(steps[judged[k - 1]])
+                i = k
+                continue
+            j, vj = int(judged[i]), int(v[i])
+            i += 1
             step = int(steps[j])
             if vj == 1:
                 if self.run == 0:
@@ -194,26 +209,17 @@ def _same_record_spike(z: float, seq: np.ndarray, sseq: np.ndarray, svals: np.nd
     """The companion, in the same record, is ``z`` robust sigmas (MAD of its previous
     ``window`` values, floored at 5% of their median) above their median."""
     out = np.zeros(len(seq), dtype=bool)
-    vals = np.where(np.isfinite(svals), svals, np.nan)
-    m = len(vals)
-    if m <= min_history:
-        return out
-    padded = np.concatenate([np.full(window, np.nan), vals])
-    prev = np.lib.stride_tricks.sliding_window_view(padded, window)[:m]  # the window before each
-    with np.errstate(all="ignore"):
-        import warnings
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            med = np.nanmedian(prev, axis=1)
-            mad = np.nanmedian(np.abs(prev - med[:, None]), axis=1)
-        enough = np.sum(np.isfinite(prev), axis=1) >= min_history
-        scale = np.maximum(np.maximum(1.4826 * mad, 0.05 * np.abs(med)), 1e-12)
-        spike = enough & ((vals - med) / scale >= z)
     pos = np.searchsorted(sseq, seq)
-    inside = pos < m
-    same = np.zeros(len(seq), dtype=bool)
-    same[inside] = sseq[pos[inside]] == seq[inside]
-    out[same] = spike[pos[same]]
+    for j, k in enumerate(pos.tolist()):  # asked only at the records where the rule triggered
+        if k >= len(sseq) or sseq[k] != seq[j] or not np.isfinite(svals[k]):
+            continue
+        prev = svals[max(0, k - window): k]
+        prev = prev[np.isfinite(prev)]
+        if len(prev) < min_history:
+            continue
+        med = float(np.median(prev))
+        scale = max(1.4826 * float(np.median(np.abs(prev - med))), 0.05 * abs(med), 1e-12)
+        out[j] = (svals[k] - med) / scale >= z
     return out
 
 

@@ -134,7 +134,11 @@ class Watchdog:
             if inst is None:
                 inst = self.instances[f"{rule.id}|{name}"] = RuleInstance(rule, name)
             companion = self._companion(rule, col, cols)
-            guards = self._guards(rule, col, cols) if rule.guards else None
+            if rule.guards and all(g.spike_z is not None for g in rule.guards):
+                # coincidence guards are consulted only where the rule's own detector triggered
+                guards = lambda idx, rule=rule, col=col: self._guards(rule, col, cols, idx)  # noqa: E731
+            else:
+                guards = self._guards(rule, col, cols) if rule.guards else None
             for ev in inst.evaluate(col, self.first_step or 0, companion, guards):
                 alert = self._alert(rule, name, col, ev, inst)
                 new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert))
@@ -177,9 +181,10 @@ class Watchdog:
             se[j] = 0.0 if np.isnan(sigma) else sigma / np.sqrt(len(window))
         return mean, se
 
-    def _guards(self, rule: Rule, col: Column, cols: dict[str, Column]) -> np.ndarray:
+    def _guards(self, rule: Rule, col: Column, cols: dict[str, Column],
+                idx: np.ndarray | None = None) -> np.ndarray:
         series = {g.metric: self._series(g.metric, cols) for g in rule.guards}
-        return guard_mask(rule.guards, rule.guard_mode, col.seq, series)
+        return guard_mask(rule.guards, rule.guard_mode, col.seq if idx is None else col.seq[idx], series)
 
     def _alert(self, rule: Rule, metric: str, col: Column, ev, inst: RuleInstance) -> Alert:
         j = ev.index

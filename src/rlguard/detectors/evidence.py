@@ -42,8 +42,8 @@ class Streak(Detector):
     def __init__(self, params) -> None:
         super().__init__(params)
         self.k = 0  # current streak
-        self.hits = 0  # samples that met the condition before the current streak
-        self.n = 0  # samples before the current streak
+        self.hits = 0  # samples that met the condition, all told
+        self.n = 0  # samples judged, all told
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -51,19 +51,22 @@ class Streak(Detector):
         n = len(hit)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.zeros(n)
-        log_alpha = np.log(p.alpha)
-        for j, h in enumerate(hit.tolist()):  # a plain loop: the state is three integers
-            if h == UNKNOWN:
-                continue
-            if h:
-                self.k += 1
-            else:
-                self.hits += self.k
-                self.n += self.k + 1
-                self.k = 0
-            rate = (self.hits + p.prior_hits) / (self.n + p.prior_n)
-            stat[j], ref[j] = self.k, rate
-            verdict[j] = self.k >= p.min_streak and self.k * np.log(rate) <= log_alpha
+        judged = np.flatnonzero(hit != UNKNOWN)
+        if not len(judged):
+            return Scan(verdict, stat, ref)
+        h = (hit[judged] == 1).astype(np.int64)
+        # streak length ending at each judged sample (carried in from the previous chunk)
+        idx = np.arange(len(h))
+        last_miss = np.maximum.accumulate(np.where(h == 0, idx, -1))
+        k = np.where(last_miss >= 0, idx - last_miss, idx + 1 + self.k) * h
+        # counts before the current streak: every judged sample and hit up to it, less the streak
+        n_before = self.n + idx + 1 - k
+        hits_before = self.hits + np.cumsum(h) - k
+        rate = (hits_before + p.prior_hits) / (n_before + p.prior_n)
+        trig = (k >= p.min_streak) & (k * np.log(rate) <= np.log(p.alpha))
+        verdict[judged] = trig
+        stat[judged], ref[judged] = k, rate
+        self.k, self.n, self.hits = int(k[-1]), self.n + len(h), self.hits + int(h.sum())
         return Scan(verdict, stat, ref)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:

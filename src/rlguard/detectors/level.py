@@ -332,8 +332,9 @@ class GainLoss(_Rolling):
     """The run gave back a large part of what it had gained (a reward sliding off its peak).
 
     ``start`` is the first full rolling mean of ``window`` samples, ``peak`` the highest rolling
-    mean since, ``level`` the current one. The noise of a rolling mean is the robust sigma of
-    the sample-to-sample differences over the kept history, divided by sqrt(window). It fires
+    mean since, ``level`` the current one. The noise of a rolling mean is measured on the
+    rolling mean's own scale: the robust sigma of the differences between consecutive block
+    means of ``window`` samples over the kept history (autocorrelated wander included). It fires
     when a real gain was made (``peak - start`` at least ``gain_z`` noise units) and the level
     is back down by ``min_frac`` of that gain and by ``z`` noise units; both margins grow by
     sqrt(2 ln m) after m windows, the expected excess of the largest of m noisy means. A slow slide that no
@@ -348,7 +349,9 @@ class GainLoss(_Rolling):
         min_frac: float = Field(0.35, gt=0, le=1, description="share of the gain given back")
         z: float = Field(4.0, gt=0, description="and the fall is this many noise units")
         gain_z: float = Field(4.0, gt=0, description="a gain counts when it is this many noise units")
-        history: int = Field(200, ge=20, description="samples kept for the noise estimate")
+        history: int = Field(1000, ge=20, description="samples kept for the noise estimate")
+        min_rel_gain: float = Field(0.15, ge=0, description=(
+            "and the gain is at least this share of max(|start|, |peak|): a material gain"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -379,29 +382,42 @@ class GainLoss(_Rolling):
         idx = np.where(cand > np.concatenate([[self.peak], acc[:-1]]), np.arange(n), -1)
         last = np.maximum.accumulate(idx)
         pstep = np.where(last >= 0, chunk.steps[np.maximum(last, 0)], self.peak_step)
-        sig = np.maximum(np.nan_to_num(sig, nan=np.inf), max(chunk.quantum, 1e-12)) / np.sqrt(p.window)
+        sig = np.maximum(np.nan_to_num(sig, nan=np.inf), max(chunk.quantum, 1e-12) / np.sqrt(p.window))
         gain, fall = acc - self.start, acc - level
         # the peak is the largest of many rolling means: it sits sqrt(2 ln m) noise units above
         # the true level after m independent windows, so both tests are raised by that much
         m = np.maximum((pos + 1) / p.window, 1.0)
         bias = np.sqrt(2.0 * np.log(m))
-        trig = (gain >= (p.gain_z + bias) * sig) & (fall >= p.min_frac * gain) & (fall >= (p.z + bias) * sig)
+        material = gain >= p.min_rel_gain * np.maximum(abs(self.start), np.abs(acc))
+        trig = (gain >= (p.gain_z + bias) * sig) & material & (fall >= p.min_frac * gain) & (fall >= (p.z + bias) * sig)
         verdict = np.where(full & np.isfinite(sig), trig.astype(np.int8), UNKNOWN).astype(np.int8)
         stat = np.divide(fall, gain, out=np.zeros(n), where=gain > 0)
         self.peak, self.peak_step = float(acc[-1]), int(pstep[-1])
         return Scan(verdict, stat, acc, pstep.astype(np.int64), level=level)
 
     def _sigmas(self, hist: np.ndarray, n: int, first: int) -> np.ndarray:
-        """Noise of one sample (robust sigma of the differences over the trailing history),
-        re-estimated every 32 samples counted from the start of the run (it moves slowly; the
-        fixed blocks keep replay and live use identical)."""
+        """Noise of the level itself: the robust sigma of the differences between consecutive
+        non-overlapping means of ``window`` samples over the trailing history (so slow,
+        autocorrelated wander counts, which sample-to-sample differences would hide),
+        re-estimated every 256 samples counted from the start of the run (it moves slowly; fixed
+        blocks keep replay and live use identical). NaN until 8 block means exist."""
         out = np.empty(n)
-        off = len(hist) - n
-        for j in range(n):
-            if (first + j) % 32 == 0 or self.sigma is None or not np.isfinite(self.sigma):
+        off, w = len(hist) - n, self.p.window
+        j = 0
+        while j < n:
+            if (first + j) % 256 == 0 or self.sigma is None or not np.isfinite(self.sigma):
                 end = off + j + 1
-                self.sigma = robust_sigma_of_diffs(hist[max(0, end - self.p.history): end])
-            out[j] = self.sigma
+                seg = hist[max(0, end - self.p.history): end]
+                m = len(seg) // w
+                if m < 8:
+                    self.sigma = float("nan")
+                else:
+                    means = seg[len(seg) - m * w:].reshape(m, w).mean(axis=1)
+                    self.sigma = robust_sigma_of_diffs(means)
+            # held until the next block boundary (or re-tried at the next sample while unknown)
+            nxt = j + 1 if not np.isfinite(self.sigma) else min(n, j + 256 - (first + j) % 256)
+            out[j:nxt] = self.sigma
+            j = nxt
         return out
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
@@ -498,8 +514,15 @@ class Trend(_Rolling):
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        hist, _, first = self._levels(chunk, p.window - 1)
-        n, off = len(chunk.values), len(hist) - len(chunk.values)
+        n = len(chunk.values)
+        if self.seen >= p.max_records:  # past the judged start of the run: nothing to keep
+            self.seen += n
+            return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n))
+        hist = extend_tail(self.tail, chunk.values[: p.max_records + p.window])
+        first = self.seen
+        self.seen += n
+        self.tail = keep_tail(hist, p.window - 1)
+        off = len(hist) - min(n, p.max_records + p.window)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.zeros(n)
         sign = 1.0 if p.direction == "up" else -1.0
