@@ -185,3 +185,28 @@ rules:
     broken = Watchdog(packs=[load_pack(p)], run="b")
     feed(broken, [(s, {"reward": 0.5, "reward_std": 0.0}) for s in range(1, 10)])  # constant from the start
     assert [a.step for a in broken.alerts] == [3]
+
+
+def test_a_missing_companion_lowers_the_severity_and_says_so():
+    """RLG-LENGTH-RUNAWAY wants the truncation ratio; without it the rule still speaks, as info."""
+    lengths = [200.0] * 40 + [210.0 + 40 * i for i in range(21)]
+    wd = Watchdog(run="r")
+    feed(wd, [(s, {"completion_length": v}) for s, v in enumerate(lengths, 1)])
+    runaway = [a for a in wd.alerts if a.rule == "RLG-LENGTH-RUNAWAY"]
+    assert runaway and runaway[0].severity == "info" and runaway[0].action == "alert"
+    assert "could not check length_clip_ratio (not logged)" in runaway[0].message
+    # with the companion logged (and high), the same growth is a warning
+    wd2 = Watchdog(run="r")
+    feed(wd2, [(s, {"completion_length": v, "completions/clipped_ratio": 0.3})
+               for s, v in enumerate(lengths, 1)])
+    runaway2 = [a for a in wd2.alerts if a.rule == "RLG-LENGTH-RUNAWAY"]
+    assert runaway2 and runaway2[0].severity == "warning" and "could not check" not in runaway2[0].message
+
+
+def test_evidence_counts_steps_as_well_as_records():
+    """KL above 1 nat: three records when logged every step, two when logged every 50 steps."""
+    dense, sparse = Watchdog(run="d"), Watchdog(run="s")
+    feed(dense, [(s, {"kl": v}) for s, v in zip(range(1, 6), [0.1, 0.3, 1.4, 1.8, 2.2])])
+    feed(sparse, [(s, {"kl": v}) for s, v in zip(range(50, 300, 50), [0.1, 0.3, 1.4, 1.8, 2.2])])
+    first = {w.run: next(a.step for a in w.alerts if a.rule == "RLG-KL-HIGH") for w in (dense, sparse)}
+    assert first == {"d": 5, "s": 200}

@@ -174,7 +174,7 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
     for g in guards:
         src = series.get(g.metric)
         if src is None or len(src[0]) == 0:
-            masks.append(np.full(len(seq), g.if_missing == "pass"))
+            masks.append(np.full(len(seq), g.if_missing != "fail"))
             continue
         sseq, svals, prior_max, prior_min = src
         if g.spike_z is not None:
@@ -199,7 +199,7 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
             else:
                 m = cur < g.below
             if g.present is None:
-                m = np.where(missing, g.if_missing == "pass", m)
+                m = np.where(missing, g.if_missing != "fail", m)
         masks.append(m)
     return np.logical_and.reduce(masks) if mode == "all" else np.logical_or.reduce(masks)
 

@@ -43,7 +43,9 @@ class Guard(BaseModel):
     its own observed range (min..max so far), or while it has no range yet. ``spike_z: z``
     holds where the metric, logged in the same record, is z robust sigmas above the median of
     its previous 30 values (a coincident spike). ``if_missing``
-    says what the guard means when the metric was never logged.
+    says what the guard means when the metric was never logged: ``pass``, ``fail``, or
+    ``degrade`` (the rule still speaks, one severity lower and never stopping, and its message
+    says what it could not check).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -54,7 +56,7 @@ class Guard(BaseModel):
     ever_above: float | None = None
     position_below: float | None = Field(None, gt=0, le=1)
     spike_z: float | None = Field(None, gt=0)
-    if_missing: Literal["pass", "fail"] = "fail"
+    if_missing: Literal["pass", "fail", "degrade"] = "fail"
 
     @model_validator(mode="after")
     def _one_condition(self) -> "Guard":

@@ -19,7 +19,7 @@ import numpy as np
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
 from .detectors.base import robust_sigma_of_diffs
-from .engine import RuleInstance, guard_mask
+from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
@@ -139,12 +139,25 @@ class Watchdog:
                 guards = lambda idx, rule=rule, col=col: self._guards(rule, col, cols, idx)  # noqa: E731
             else:
                 guards = self._guards(rule, col, cols) if rule.guards else None
-            for ev in inst.evaluate(col, self.first_step or 0, companion, guards):
+            events = inst.evaluate(col, self.first_step or 0, companion, guards)
+            unchecked = self._unchecked(rule, col, cols) if events else None
+            for ev in events:
                 alert = self._alert(rule, name, col, ev, inst)
+                if unchecked is not None and ev.firing:
+                    _degrade(alert, [m for m, miss in unchecked if miss[ev.index]])
                 new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert))
                 if ev.firing:
-                    d = Decision(Action(rule.action), alert.step, alert.message, alert, rule.kind)
+                    d = Decision(Action(alert.action), alert.step, alert.message, alert, rule.kind)
                     pending.append((int(col.seq[ev.index]), 1 + self._rule_order[rule.id], d))
+
+    def _unchecked(self, rule: Rule, col: Column, cols: dict[str, Column]):
+        """For each ``if_missing: degrade`` guard: (metric, where it had not been logged yet)."""
+        out = []
+        for g in rule.guards:
+            if g.if_missing == "degrade":
+                seq, vals, _, _ = self._series(g.metric, cols)
+                out.append((g.metric, np.isnan(as_of(col.seq, seq, vals))))
+        return out or None
 
     def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
         rec = self.recent.get(metric) or Recent()
@@ -287,6 +300,23 @@ class Watchdog:
             self.load_state_dict(data)
         except StateError as exc:
             raise StateError(exc.message, path=str(path)) from None
+
+
+_LOWER = {"critical": "warning", "warning": "info", "info": "info"}
+
+
+def _degrade(alert: Alert, missing: list[str]) -> None:
+    """A rule that fired without a companion it could not check speaks one severity lower,
+    never stops, and says what it could not check."""
+    if not missing:
+        return
+    alert.severity = _LOWER[alert.severity]
+    if alert.action == Action.STOP.value:
+        alert.action = Action.CHECKPOINT.value
+        alert.message = alert.message.split("; stop the run")[0]
+        alert.checkpoint_step = None
+    alert.message += (f"; could not check {', '.join(missing)} (not logged), so the severity is "
+                      f"lowered to {alert.severity}")
 
 
 def _apply_baselines(rules: list[Rule], baselines: Mapping[str, float]) -> list[Rule]:
