@@ -1,6 +1,11 @@
 """Score rlguard against the labelled synthetic corpus (tests/corpus/data/labels.json).
 
     .venv/bin/python bench/corpus_eval.py [--data DIR] [--case SUBSTR] [-v] [--json OUT]
+    .venv/bin/python bench/corpus_eval.py --hard    # the adversarial corpus (tests/corpus/hard.py)
+
+``--hard`` generates the adversarial corpus into a temporary directory and scores it; its
+labels carry ``logging_steps``, so the summary adds recall, false alarms and delays (in steps
+and in records) per logging interval.
 
 Every case goes through ``rlguard check FILE --format json`` (a subprocess). The contract
 relied on: stdout holds one JSON object per alert per line with keys run, rule, kind,
@@ -52,6 +57,10 @@ ACCEPTED: dict[str, set[str]] = {
     "plateau": set(),
     "regression": {"plateau"},
     "val_divergence": {"plateau", "regression"},
+    "dpo_likelihood_collapse": {"dpo_margin_explosion"},
+    "dpo_margin_explosion": {"dpo_overfit"},
+    "dpo_overfit": {"dpo_margin_explosion"},
+    "dpo_no_learning": set(),
 }
 #: accepted after the onset of any fault
 ALWAYS_ACCEPTED = {"change_point"}
@@ -170,6 +179,22 @@ def totals(scored: list[dict]) -> dict:
             hit[2] += 1
             if f["detected"]:
                 delays.append(f["delay"])
+    per_interval: dict[int, dict] = {}
+    for r in scored:
+        c = r["case"]
+        L = int(c.get("logging_steps", 1))
+        row = per_interval.setdefault(L, {"faults": 0, "on_time": 0, "healthy": 0,
+                                          "healthy_alarmed": 0, "delays_steps": [], "delays_records": []})
+        if not c["faults"]:
+            row["healthy"] += 1
+            row["healthy_alarmed"] += bool(r["false"])
+        for f in r["found"]:
+            row["faults"] += 1
+            row["on_time"] += f["on_time"]
+            if f["detected"]:
+                console = c["format"] == "trl_console"  # its steps are already record indices
+                row["delays_steps"].append(f["delay"] * (L if console else 1))
+                row["delays_records"].append(f["delay"] if console else f["delay"] / L)
     healthy_false = sum(len(r["false"]) for r in scored if not r["case"]["faults"])
     fault_false = sum(len(r["false"]) for r in scored if r["case"]["faults"])
     n_faults = sum(v[2] for v in per_kind.values())
@@ -181,7 +206,13 @@ def totals(scored: list[dict]) -> dict:
                                                    if not r["case"]["faults"] and r["false"]),
             "unusable": [r["case"]["name"] for r in scored if r["code"] not in (0, 1)],
             "median_delay": statistics.median(delays) if delays else None,
-            "max_delay": max(delays) if delays else None}
+            "max_delay": max(delays) if delays else None,
+            "per_interval": {L: {"recall": v["on_time"] / v["faults"] if v["faults"] else None,
+                                 "faults": v["faults"], "healthy": v["healthy"],
+                                 "healthy_with_false_alarms": v["healthy_alarmed"],
+                                 "median_delay_steps": statistics.median(v["delays_steps"]) if v["delays_steps"] else None,
+                                 "median_delay_records": statistics.median(v["delays_records"]) if v["delays_records"] else None}
+                             for L, v in sorted(per_interval.items())}}
 
 
 def print_totals(t: dict) -> None:
@@ -194,6 +225,12 @@ def print_totals(t: dict) -> None:
           f"({t['healthy_cases_with_false_alarms']} cases), "
           f"{t['false_alarms_fault_cases']} on fault cases")
     print(f"detection delay (steps): median {t['median_delay']}, max {t['max_delay']}")
+    if len(t["per_interval"]) > 1:
+        print("\nper logging interval:  faults  recall  healthy  healthy-with-alarms  median delay (steps / records)")
+        for L, v in t["per_interval"].items():
+            rec = "-" if v["recall"] is None else f"{v['recall']:.0%}"
+            print(f"  every {L:3} steps        {v['faults']:4}  {rec:>6}  {v['healthy']:7}  "
+                  f"{v['healthy_with_false_alarms']:19}  {v['median_delay_steps']} / {v['median_delay_records']}")
     if t["unusable"]:
         print(f"unusable input (exit 2): {', '.join(t['unusable'])}")
 
@@ -201,17 +238,25 @@ def print_totals(t: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DATA, help="corpus directory with labels.json")
+    ap.add_argument("--hard", action="store_true",
+                    help="generate and score the adversarial corpus (tests/corpus/hard.py)")
     ap.add_argument("--case", help="only cases whose name contains this")
     ap.add_argument("--rlguard", help="command to run rlguard (default: .venv/bin/rlguard, "
                     "else python -m rlguard)")
     ap.add_argument("--baseline-flag", default="--baseline",
                     help="rlguard check option taking METRIC=VALUE for regression cases")
-    ap.add_argument("-j", "--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("-j", "--jobs", type=int, default=min(os.cpu_count() or 2, 2))
     ap.add_argument("-v", "--verbose", action="store_true", help="print every alert")
     ap.add_argument("--json", type=Path, help="write per-case results and totals here")
     args = ap.parse_args(argv)
 
     cmd = args.rlguard.split() if args.rlguard else rlguard_cmd()
+    if args.hard:
+        import tempfile
+
+        args.data = Path(tempfile.mkdtemp(prefix="rlguard-hard-"))
+        subprocess.run([sys.executable, str(ROOT / "tests" / "corpus" / "hard.py"), str(args.data)],
+                       check=True, capture_output=True)
     cases = json.loads((args.data / "labels.json").read_text())["cases"]
     cases = [c for c in cases if not args.case or args.case in c["name"]]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:

@@ -52,6 +52,8 @@ CASES = {
     # streak of 4 ties is the rule's documented false positive, so this one starts untied
     "streak": ({"below": 1e-8, "alpha": 5e-4}, np.where((rng.random(N) < 0.3) & (np.arange(N) > 8), 0.0, noise),
                np.where(np.arange(N) >= 150, 0.0, noise), 150),
+    "step_down": ({"window": 1, "ref_window": 10, "max_ratio": 0.6}, noise,
+                  np.where(np.arange(N) >= 150, 0.4 * noise, noise), 150),
     "null_mean": ({"window": 20}, 0.02 + 0.01 * rng.standard_normal(N),
                   np.where(np.arange(N) >= 150, 0.005 * rng.standard_normal(N), 0.02 + 0.01 * rng.standard_normal(N)), 150),
 }

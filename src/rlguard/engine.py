@@ -5,8 +5,8 @@ consecutive triggered samples makes it *firing* (one alert, not one per sample) 
 ``for`` logged records, or, when the rule sets ``for_steps``, once it covers that many training
 steps on at least ``for_min`` records: evidence is counted in records and in steps together,
 so a rule means the same whether a trainer logs every step or every 50. A streak covers the
-steps from the record before it (the run's step 0 for a streak that starts the run) to the
-latest one. The first fine sample *resolves* it, after which ``cooldown`` judged samples must
+steps from the record of the metric just before it, judged or not (the run's step 0 for a
+streak that starts the run), to the latest one. The first fine sample *resolves* it, after which ``cooldown`` judged samples must
 pass before it may fire again. Samples the detector has no opinion on (warm-up, guards not
 met, too little history, coarse printing) neither advance nor reset anything.
 """
@@ -43,6 +43,7 @@ class RuleInstance:
     samples: int = 0
     anchor: int | None = None  # step of the record before the current streak
     last_step: int | None = None  # step of the latest judged record
+    last_seen: int | None = None  # step of the latest record, judged or not
 
     def __post_init__(self) -> None:
         self.detector = DETECTORS[self.rule.detector](self.rule.detector_params())
@@ -86,9 +87,13 @@ class RuleInstance:
         elif guard_ok is not None:
             mute |= ~guard_ok
         verdict[mute] = UNKNOWN
-        return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps)
+        # the record before each sample, judged or not: where a streak starting there begins
+        prev = np.concatenate([[-1 if self.last_seen is None else self.last_seen], col.steps[:-1]])
+        if n:
+            self.last_seen = int(col.steps[-1])
+        return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps, prev)
 
-    def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps) -> list[Event]:
+    def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps, prev) -> list[Event]:
         judged = np.flatnonzero(verdict != UNKNOWN)
         if len(judged) == 0:
             return []
@@ -112,8 +117,10 @@ class RuleInstance:
             i += 1
             step = int(steps[j])
             if vj == 1:
-                if self.run == 0:
-                    self.anchor = self.last_step if self.last_step is not None else _run_start(step)
+                if self.run == 0 or (self.last_step is not None and prev[j] != self.last_step):
+                    # a new streak, or records without an opinion broke this one: steps are
+                    # covered from the record just before (records still count for ``for``)
+                    self.anchor = int(prev[j]) if prev[j] >= 0 else _run_start(step)
                 self.run += 1
                 covered = step - self.anchor if self.anchor is not None else 0
                 enough = self.run >= r.for_ or (r.for_steps is not None and self.run >= r.for_min
@@ -139,13 +146,13 @@ class RuleInstance:
 
     def state_dict(self) -> dict:
         return {"run": self.run, "firing": self.firing, "cool": self.cool, "samples": self.samples,
-                "anchor": self.anchor, "last_step": self.last_step,
+                "anchor": self.anchor, "last_step": self.last_step, "last_seen": self.last_seen,
                 "detector": self.detector.state_dict()}
 
     def load_state_dict(self, s: dict) -> None:
         self.run, self.firing = int(s["run"]), bool(s["firing"])
         self.cool, self.samples = int(s["cool"]), int(s["samples"])
-        self.anchor, self.last_step = s.get("anchor"), s.get("last_step")
+        self.anchor, self.last_step, self.last_seen = s.get("anchor"), s.get("last_step"), s.get("last_seen")
         self.detector.load_state_dict(s.get("detector", {}))
 
 
@@ -207,7 +214,8 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
 def _same_record_spike(z: float, seq: np.ndarray, sseq: np.ndarray, svals: np.ndarray,
                        window: int = 30, min_history: int = 10) -> np.ndarray:
     """The companion, in the same record, is ``z`` robust sigmas (MAD of its previous
-    ``window`` values, floored at 5% of their median) above their median."""
+    ``window`` values, floored at 5% of their median) above their median, and 3 sigmas above
+    their maximum."""
     out = np.zeros(len(seq), dtype=bool)
     pos = np.searchsorted(sseq, seq)
     for j, k in enumerate(pos.tolist()):  # asked only at the records where the rule triggered
@@ -219,7 +227,9 @@ def _same_record_spike(z: float, seq: np.ndarray, sseq: np.ndarray, svals: np.nd
             continue
         med = float(np.median(prev))
         scale = max(1.4826 * float(np.median(np.abs(prev - med))), 0.05 * abs(med), 1e-12)
-        out[j] = (svals[k] - med) / scale >= z
+        # and clear of everything the window held (a metric that is still trending up, as KL
+        # does early in a run, sets a new maximum every record, but only by a little)
+        out[j] = (svals[k] - med) / scale >= z and svals[k] - prev.max() >= 3.0 * scale
     return out
 
 

@@ -42,7 +42,7 @@ class Guard(BaseModel):
     given. ``position_below: p`` holds while the metric's latest value sits below fraction p of
     its own observed range (min..max so far), or while it has no range yet. ``spike_z: z``
     holds where the metric, logged in the same record, is z robust sigmas above the median of
-    its previous 30 values (a coincident spike). ``if_missing``
+    its previous 30 values and 3 above their maximum (a coincident spike). ``if_missing``
     says what the guard means when the metric was never logged: ``pass``, ``fail``, or
     ``degrade`` (the rule still speaks, one severity lower and never stopping, and its message
     says what it could not check).

@@ -18,6 +18,7 @@
   the run, measured against its own noise (a reward sliding slowly off its peak).
 - ``drift``: the level moved a long way from the start of the run in one direction.
 - ``trend``: a steady monotone move (Mann-Kendall) over the first records of a run.
+- ``step_down``: the level fell by a share of where it stood just before, beyond its noise.
 """
 from __future__ import annotations
 
@@ -551,3 +552,51 @@ class Trend(_Rolling):
         word = "rising" if self.p.direction == "up" else "falling"
         return (f"{metric} = {fmt(value)} has been {word} steadily since the start of the run "
                 f"(Mann-Kendall z = {fmt(stat)}; {fmt(ref)} over the last {self.p.window} records)")
+
+
+@register
+class StepDown(_Rolling):
+    """The level stepped down from where it stood just before, by a share of it and far
+    beyond its noise: a local test that needs a dozen records, not a change-point segment.
+
+    ``before`` is the median of the ``ref_window`` samples preceding the last ``window`` ones,
+    its noise the robust spread (1.4826 MAD) of those samples; ``level`` the median of the last
+    ``window``. It fires when ``level <= max_ratio * before`` and the fall is ``min_sigmas``
+    noise units of a ``window``-median (spread / sqrt(window)). Positive metrics only.
+    """
+
+    name = "step_down"
+
+    class Params(Params):
+        window: int = Field(3, ge=1, description="median of the last N samples (the level)")
+        ref_window: int = Field(10, ge=3, description="samples before them (the reference)")
+        max_ratio: float = Field(0.6, gt=0, lt=1, description="fires when level <= ratio * before")
+        min_sigmas: float = Field(6.0, ge=0, description="and the fall is this many noise units")
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hist, level, first = self._levels(chunk, p.window + p.ref_window - 1)
+        n, off = len(level), len(hist) - len(level)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.full(n, np.nan)
+        span = p.window + p.ref_window
+        end = off + np.arange(n) + 1  # the samples up to and including this one: hist[:end]
+        ok = end >= span
+        if ok.any():
+            e = end[ok]
+            view = np.lib.stride_tricks.sliding_window_view(hist, p.ref_window)[e - span]
+            before = np.median(view, axis=1)
+            sigma = 1.4826 * np.median(np.abs(view - before[:, None]), axis=1) / np.sqrt(p.window)
+            sigma = np.maximum(sigma, max(chunk.quantum, 1e-12))
+            lv = level[ok]
+            fall = before - lv
+            trig = (before > 0) & (lv <= p.max_ratio * before) & (fall >= p.min_sigmas * sigma)
+            verdict[ok] = trig
+            stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
+            ref[ok] = before
+        return Scan(verdict, stat, ref, level=level)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        return (f"{metric} (median of last {self.p.window}) = {fmt(value)} stepped down to "
+                f"{stat * 100:.0f}% of its level over the {self.p.ref_window} records before "
+                f"({fmt(ref)}), far beyond their noise")
