@@ -56,37 +56,46 @@ class RuleInstance:
                  guard_ok: np.ndarray | None) -> list[Event]:
         values = col.values
         n = len(values)
-        verdict = np.full(n, UNKNOWN, dtype=np.int8)
-        stat, ref, level = np.zeros(n), np.zeros(n), values
-        ref_step = np.full(n, -1, dtype=np.int64)
-        sel = np.ones(n, dtype=bool) if self.detector.wants_nonfinite else np.isfinite(values)
+        sel = None if self.detector.wants_nonfinite else np.isfinite(values)
         if self.rule.ignore_zero:
-            sel &= values != 0.0
-        if sel.any():
-            other, other_se = (companion[0][sel], companion[1][sel]) if companion is not None else (None, None)
-            chunk = Chunk(col.steps[sel], values[sel], col.quantum, other, other_se)
-            sc = self.detector.scan(chunk)
-            verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
-            if sc.ref_step is not None:
-                ref_step[sel] = sc.ref_step
-            if sc.level is not None:
-                level = values.astype(float, copy=True)
-                level[sel] = sc.level
-            else:
-                level = values
+            sel = (values != 0.0) if sel is None else sel & (values != 0.0)
+        if sel is not None and sel.all():
+            sel = None  # every sample goes to the detector: no copies (the common, fast case)
+        if sel is None:
+            other, other_se = companion if companion is not None else (None, None)
+            sc = self.detector.scan(Chunk(col.steps, values, col.quantum, other, other_se))
+            verdict, stat, ref = sc.verdict.copy(), sc.stat, sc.ref
+            ref_step = sc.ref_step if sc.ref_step is not None else np.full(n, -1, dtype=np.int64)
+            level = sc.level if sc.level is not None else values
+        else:
+            verdict = np.full(n, UNKNOWN, dtype=np.int8)
+            stat, ref, level = np.zeros(n), np.zeros(n), values
+            ref_step = np.full(n, -1, dtype=np.int64)
+            if sel.any():
+                other, other_se = (companion[0][sel], companion[1][sel]) if companion is not None else (None, None)
+                sc = self.detector.scan(Chunk(col.steps[sel], values[sel], col.quantum, other, other_se))
+                verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
+                if sc.ref_step is not None:
+                    ref_step[sel] = sc.ref_step
+                if sc.level is not None:
+                    level = values.astype(float, copy=True)
+                    level[sel] = sc.level
         r = self.rule
-        count = self.samples + np.arange(1, n + 1)
+        mute = None
+        if r.min_samples > 1:
+            mute = self.samples + np.arange(1, n + 1) < r.min_samples
         self.samples += n
-        mute = count < r.min_samples
         if r.warmup_steps:
-            mute |= col.steps < first_step + r.warmup_steps
+            early = col.steps < first_step + r.warmup_steps
+            mute = early if mute is None else mute | early
         if callable(guard_ok):  # coincidence guards: asked only where the detector triggered
             hit = np.flatnonzero(verdict == 1)
             if len(hit):
                 verdict[hit[~guard_ok(hit)]] = FINE
         elif guard_ok is not None:
-            mute |= ~guard_ok
-        verdict[mute] = UNKNOWN
+            mute = ~guard_ok if mute is None else mute | ~guard_ok
+        if mute is not None:
+            verdict[mute] = UNKNOWN
         # the record before each sample, judged or not: where a streak starting there begins
         prev = np.concatenate([[-1 if self.last_seen is None else self.last_seen], col.steps[:-1]])
         if n:

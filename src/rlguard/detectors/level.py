@@ -559,8 +559,8 @@ class StepDown(_Rolling):
     """The level stepped down from where it stood just before, by a share of it and far
     beyond its noise: a local test that needs a dozen records, not a change-point segment.
 
-    ``before`` is the median of the ``ref_window`` samples preceding the last ``window`` ones,
-    its noise the robust spread (1.4826 MAD) of those samples; ``level`` the median of the last
+    ``before`` is the (upper) median of the ``ref_window`` samples preceding the last
+    ``window`` ones, its noise the robust spread (1.4826 MAD about it) of those samples; ``level`` the median of the last
     ``window``. It fires when ``level <= max_ratio * before`` and the fall is ``min_sigmas``
     noise units of a ``window``-median (spread / sqrt(window)). Positive metrics only.
     """
@@ -584,13 +584,16 @@ class StepDown(_Rolling):
         ok = end >= span
         if ok.any():
             e = end[ok]
-            view = np.lib.stride_tricks.sliding_window_view(hist, p.ref_window)[e - span]
-            before = np.median(view, axis=1)
-            sigma = 1.4826 * np.median(np.abs(view - before[:, None]), axis=1) / np.sqrt(p.window)
-            sigma = np.maximum(sigma, max(chunk.quantum, 1e-12))
+            # the reference window ends where the level's window starts: a rolling median of
+            # the history, read ``window`` samples back (the upper median, as everywhere)
+            med = rolling(hist[: e[-1] - p.window], p.ref_window, "median")
+            before = med[e - p.window - 1]
             lv = level[ok]
-            fall = before - lv
-            trig = (before > 0) & (lv <= p.max_ratio * before) & (fall >= p.min_sigmas * sigma)
+            trig = (before > 0) & (lv <= p.max_ratio * before)
+            for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
+                w = hist[e[i] - span: e[i] - p.window]
+                sigma = 1.4826 * float(np.median(np.abs(w - before[i]))) / np.sqrt(p.window)
+                trig[i] = before[i] - lv[i] >= p.min_sigmas * max(sigma, chunk.quantum, 1e-12)
             verdict[ok] = trig
             stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
             ref[ok] = before
