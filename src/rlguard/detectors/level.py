@@ -94,6 +94,27 @@ class _Rolling(Detector):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
 
 
+class _Early(_Rolling):
+    """Shared bookkeeping for detectors that compare with the first samples of the run."""
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.early: list[float] = []
+
+    def _note_early(self, chunk: Chunk, k: int) -> None:
+        """Keep the run's first ``k`` samples."""
+        need = k - len(self.early)
+        if need > 0:
+            self.early.extend(chunk.values[:need].tolist())
+
+    def state_dict(self):
+        return super().state_dict() | {"early": self.early}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.early = list(s.get("early", []))
+
+
 @register
 class Collapse(_Rolling):
     name = "collapse"
@@ -230,7 +251,7 @@ class Growth(_Rolling):
 
 
 @register
-class Saturation(_Rolling):
+class Saturation(_Early):
     name = "saturation"
 
     class Params(Params):
@@ -239,15 +260,9 @@ class Saturation(_Rolling):
         ref_window: int = Field(10, ge=1, description="the first N samples define the early level")
         max_initial: float = Field(description="...which must have been below this")
 
-    def __init__(self, params) -> None:
-        super().__init__(params)
-        self.early: list[float] = []
-
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        need = p.ref_window - len(self.early)
-        if need > 0:
-            self.early.extend(chunk.values[:need].tolist())
+        self._note_early(chunk, p.ref_window)
         _, level, first = self._levels(chunk, p.window - 1)
         n = len(level)
         pos = first + np.arange(n)
@@ -261,12 +276,6 @@ class Saturation(_Rolling):
         return (f"{metric} (median of last {self.p.window}) reached {fmt(stat)} (bound {fmt(self.p.level)}), "
                 f"up from an early level of {fmt(ref)}")
 
-    def state_dict(self):
-        return super().state_dict() | {"early": self.early}
-
-    def load_state_dict(self, s):
-        super().load_state_dict(s)
-        self.early = list(s.get("early", []))
 
 
 @register
@@ -441,7 +450,7 @@ class GainLoss(_Rolling):
 
 
 @register
-class Drift(_Rolling):
+class Drift(_Early):
     """The level moved far from where the run started, in one direction.
 
     ``start`` is the median of the first ``ref_window`` samples; ``level`` the rolling median of
@@ -460,15 +469,9 @@ class Drift(_Rolling):
         min_delta: float = Field(0.0, ge=0, description="move from the start, in the metric's units")
         min_factor: float = Field(1.0, ge=1, description="|level| >= min_factor * |start|")
 
-    def __init__(self, params) -> None:
-        super().__init__(params)
-        self.early: list[float] = []
-
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        need = p.ref_window - len(self.early)
-        if need > 0:
-            self.early.extend(chunk.values[:need].tolist())
+        self._note_early(chunk, p.ref_window)
         _, level, first = self._levels(chunk, p.window - 1)
         n = len(level)
         start = float(np.median(self.early)) if self.early else np.nan
@@ -484,12 +487,6 @@ class Drift(_Rolling):
         return (f"{metric} (median of last {self.p.window}) {word} to {fmt(value)} from {fmt(ref)} at "
                 f"the start of the run ({fmt(stat)} {'up' if self.p.direction == 'up' else 'down'})")
 
-    def state_dict(self):
-        return super().state_dict() | {"early": self.early}
-
-    def load_state_dict(self, s):
-        super().load_state_dict(s)
-        self.early = list(s.get("early", []))
 
 
 @register
