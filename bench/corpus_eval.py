@@ -1,11 +1,12 @@
-"""Score rlguard against the labelled synthetic corpus (tests/corpus/data/labels.json).
+"""Score rlguard against a labelled synthetic corpus (labels.json + one log file per case).
 
-    .venv/bin/python bench/corpus_eval.py [--data DIR] [--case SUBSTR] [-v] [--json OUT]
-    .venv/bin/python bench/corpus_eval.py --hard    # the adversarial corpus (tests/corpus/hard.py)
+    .venv/bin/python bench/corpus_eval.py [--corpus DIR] [--case SUBSTR] [-v] [--json OUT]
+    .venv/bin/python bench/corpus_eval.py --corpus hard   # the adversarial corpus
 
-``--hard`` generates the adversarial corpus into a temporary directory and scores it; its
-labels carry ``logging_steps``, so the summary adds recall, false alarms and delays (in steps
-and in records) per logging interval.
+``--corpus`` (default ``tests/corpus/data``): a directory with ``labels.json``, or the
+shorthands ``data`` and ``hard`` (``tests/corpus/hard``, written by ``tests/corpus/generate.py
+--hard``; ``--hard`` is the same as ``--corpus hard``). Cases whose labels carry
+``logging_steps`` (the hard corpus) are also summarised per logging interval.
 
 Every case goes through ``rlguard check FILE --format json`` (a subprocess). The contract
 relied on: stdout holds one JSON object per alert per line with keys run, rule, kind,
@@ -21,6 +22,11 @@ warning/critical alert before the earliest accepted step, or of a kind that is n
 labelled nor in ACCEPTED for a labelled kind (effects that fault plausibly causes too).
 ``regression`` is accepted after faults that pull val reward down: without a configured
 baseline rlguard may compare against the run's own first evaluations.
+
+Steps and records: in the TRL console format (``trl_console``) rlguard numbers records 1, 2,
+3..., and the labels are record indices; everywhere else steps are optimizer steps. Delays
+are reported in both units: records = steps / logging_steps (console: steps = records x
+logging_steps). SLACK is 2 steps; for console cases it is ``SLACK // logging_steps`` records.
 """
 from __future__ import annotations
 
@@ -35,7 +41,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "corpus" / "data"
+#: ``--corpus`` shorthands
+CORPORA = {"data": DATA, "hard": ROOT / "tests" / "corpus" / "hard"}
 SLACK = 2  # steps before the labelled onset at which an alert still counts
+CONSOLE = "trl_console"  # the format whose labels count records, not steps
 ALARM = {"warning", "critical"}
 
 #: kinds a labelled fault may legitimately also trigger (after its onset)
@@ -47,20 +56,20 @@ ACCEPTED: dict[str, set[str]] = {
     "kl_high": {"loss_spike", "entropy_collapse", "grad_explosion", "reward_drop",
                 "length_explosion", "regression"},
     "beta_collapse": {"kl_low"},  # KL falls with beta
-    "kl_low": {"plateau"},
+    "kl_low": {"plateau", "stall"},  # the policy stopped moving
     "reward_variance_collapse": {"plateau", "reward_drop", "regression"},
     "entropy_collapse": {"reward_variance_collapse", "kl_high"},
     "loss_spike": {"grad_explosion"},
     "length_explosion": {"reward_drop", "regression"},  # truncated answers score 0
     "reward_drop": {"kl_high", "plateau", "regression"},  # val reward falls with it
-    "lr_zero": {"plateau"},
+    "lr_zero": {"plateau", "stall"},
     "plateau": set(),
     "regression": {"plateau"},
     "val_divergence": {"plateau", "regression"},
-    "dpo_likelihood_collapse": {"dpo_margin_explosion"},
-    "dpo_margin_explosion": {"dpo_overfit"},
-    "dpo_overfit": {"dpo_margin_explosion"},
-    "dpo_no_learning": set(),
+    "dpo_likelihood_collapse": {"dpo_margin_explosion"},  # rejected falls faster than chosen
+    "dpo_margin_explosion": {"dpo_overfit"},  # loss -> 0, accuracies -> 1
+    "dpo_overfit": {"dpo_margin_explosion", "val_divergence"},  # eval loss rises
+    "dpo_no_learning": {"plateau", "stall"},
 }
 #: accepted after the onset of any fault
 ALWAYS_ACCEPTED = {"change_point"}
@@ -110,9 +119,25 @@ def _step(alert: dict, case: dict) -> int:
     return case["n_steps"] if s is None else int(s)
 
 
-def _earliest(fault: dict) -> int:
-    """First step at which an alert counts as a detection of ``fault``."""
-    return fault.get("earliest_step", fault["onset_step"] - SLACK)
+def interval(case: dict) -> int:
+    """The case's logging interval (1 for corpora that do not label it)."""
+    return int(case.get("logging_steps", 1))
+
+
+def _earliest(fault: dict, case: dict | None = None) -> int:
+    """First step (console: record) at which an alert counts as a detection of ``fault``."""
+    slack = SLACK
+    if case is not None and case.get("format") == CONSOLE:
+        slack = SLACK // interval(case)  # labels count records there
+    return fault.get("earliest_step", fault["onset_step"] - slack)
+
+
+def delay_units(case: dict, delay: float) -> tuple[float, float]:
+    """A delay in the case's label units -> (steps, records)."""
+    L = interval(case)
+    if case.get("format") == CONSOLE:
+        return delay * L, float(delay)
+    return float(delay), delay / L
 
 
 def score(result: dict) -> dict:
@@ -122,12 +147,12 @@ def score(result: dict) -> dict:
     for f in faults:
         sev = ALARM | ({"info"} if f["kind"] == "plateau" else set())
         hits = sorted(_step(a, case) for a in alerts if a.get("kind") == f["kind"]
-                      and a.get("severity") in sev and _step(a, case) >= _earliest(f))
+                      and a.get("severity") in sev and _step(a, case) >= _earliest(f, case))
         delay = hits[0] - f["onset_step"] if hits else None
         limit = f.get("max_delay_steps", case["max_delay_steps"])
         found.append({**f, "detected": bool(hits), "delay": delay,
                       "on_time": delay is not None and delay <= limit})
-    first_onset = min((_earliest(f) for f in faults), default=None)
+    first_onset = min((_earliest(f, case) for f in faults), default=None)
     ok_kinds = set()
     for f in faults:
         ok_kinds |= {f["kind"]} | ACCEPTED.get(f["kind"], set()) | ALWAYS_ACCEPTED
@@ -150,7 +175,9 @@ def _fmt_false(false: list[dict]) -> str:
 
 
 def print_table(scored: list[dict]) -> None:
-    print(f"{'case':40} {'format':12} {'exit':4}  {'labelled -> result':50} false alarms")
+    width = max([40] + [len(r["case"]["name"]) for r in scored])
+    print(f"{'case':{width}} {'format':12} {'L':>3} {'exit':4}  {'labelled -> result':50} "
+          "false alarms")
     for r in scored:
         c = r["case"]
         if r["code"] not in (0, 1):
@@ -164,82 +191,126 @@ def print_table(scored: list[dict]) -> None:
                     else "MISSED"
                 parts.append(f"{f['kind']}@{f['onset_step']} {tag}")
             res = "; ".join(parts)
-        print(f"{c['name']:40} {c['format']:12} {r['code']:4}  {res:50} {_fmt_false(r['false'])}"
-              + (f"  [{r['note']}]" if r["note"] else ""))
+        print(f"{c['name']:{width}} {c['format']:12} {interval(c):3} {r['code']:4}  {res:50} "
+              f"{_fmt_false(r['false'])}" + (f"  [{r['note']}]" if r["note"] else ""))
+
+
+def _med(xs: list[float]) -> float | None:
+    return float(statistics.median(xs)) if xs else None
+
+
+def _max(xs: list[float]) -> float | None:
+    return float(max(xs)) if xs else None
+
+
+def _group() -> dict:
+    return {"faults": 0, "on_time": 0, "late": 0, "missed": 0, "delay_steps": [],
+            "delay_records": []}
+
+
+def _add_fault(g: dict, case: dict, f: dict) -> None:
+    g["faults"] += 1
+    g["on_time"] += f["on_time"]
+    g["late"] += f["detected"] and not f["on_time"]
+    g["missed"] += not f["detected"]
+    if f["detected"]:
+        steps, recs = delay_units(case, f["delay"])
+        g["delay_steps"].append(steps)
+        g["delay_records"].append(recs)
+
+
+def _summary(g: dict) -> dict:
+    out = {k: g[k] for k in ("faults", "on_time", "late", "missed")}
+    out["recall"] = g["on_time"] / g["faults"] if g["faults"] else None
+    for unit in ("steps", "records"):
+        xs = g[f"delay_{unit}"]
+        out[f"median_delay_{unit}"], out[f"max_delay_{unit}"] = _med(xs), _max(xs)
+    for k in ("healthy", "healthy_with_false_alarms", "false_alarms_healthy"):
+        if k in g:
+            out[k] = g[k]
+    return out
 
 
 def totals(scored: list[dict]) -> dict:
-    per_kind: dict[str, list[int]] = {}
-    delays = []
-    for r in scored:
-        for f in r["found"]:
-            hit = per_kind.setdefault(f["kind"], [0, 0, 0])  # on time, late, total
-            hit[0] += f["on_time"]
-            hit[1] += f["detected"] and not f["on_time"]
-            hit[2] += 1
-            if f["detected"]:
-                delays.append(f["delay"])
-    per_interval: dict[int, dict] = {}
+    """Recall, late and missed faults, delays (steps and records), overall, per kind and per
+    logging interval; false alarms on healthy cases overall and per interval."""
+    overall, per_kind, per_interval = _group(), {}, {}
     for r in scored:
         c = r["case"]
-        L = int(c.get("logging_steps", 1))
-        row = per_interval.setdefault(L, {"faults": 0, "on_time": 0, "healthy": 0,
-                                          "healthy_alarmed": 0, "delays_steps": [], "delays_records": []})
+        row = per_interval.setdefault(interval(c), {**_group(), "healthy": 0,
+                                                    "healthy_with_false_alarms": 0,
+                                                    "false_alarms_healthy": 0})
         if not c["faults"]:
             row["healthy"] += 1
-            row["healthy_alarmed"] += bool(r["false"])
+            row["healthy_with_false_alarms"] += bool(r["false"])
+            row["false_alarms_healthy"] += len(r["false"])
         for f in r["found"]:
-            row["faults"] += 1
-            row["on_time"] += f["on_time"]
-            if f["detected"]:
-                console = c["format"] == "trl_console"  # its steps are already record indices
-                row["delays_steps"].append(f["delay"] * (L if console else 1))
-                row["delays_records"].append(f["delay"] if console else f["delay"] / L)
-    healthy_false = sum(len(r["false"]) for r in scored if not r["case"]["faults"])
-    fault_false = sum(len(r["false"]) for r in scored if r["case"]["faults"])
-    n_faults = sum(v[2] for v in per_kind.values())
-    return {"recall_per_kind": {k: v[0] / v[2] for k, v in sorted(per_kind.items())},
-            "late_per_kind": {k: v[1] for k, v in sorted(per_kind.items())},
-            "recall": sum(v[0] for v in per_kind.values()) / max(n_faults, 1),
-            "false_alarms_healthy": healthy_false, "false_alarms_fault_cases": fault_false,
-            "healthy_cases_with_false_alarms": sum(1 for r in scored
-                                                   if not r["case"]["faults"] and r["false"]),
-            "unusable": [r["case"]["name"] for r in scored if r["code"] not in (0, 1)],
-            "median_delay": statistics.median(delays) if delays else None,
-            "max_delay": max(delays) if delays else None,
-            "per_interval": {L: {"recall": v["on_time"] / v["faults"] if v["faults"] else None,
-                                 "faults": v["faults"], "healthy": v["healthy"],
-                                 "healthy_with_false_alarms": v["healthy_alarmed"],
-                                 "median_delay_steps": statistics.median(v["delays_steps"]) if v["delays_steps"] else None,
-                                 "median_delay_records": statistics.median(v["delays_records"]) if v["delays_records"] else None}
-                             for L, v in sorted(per_interval.items())}}
+            for g in (overall, per_kind.setdefault(f["kind"], _group()), row):
+                _add_fault(g, c, f)
+    healthy = [r for r in scored if not r["case"]["faults"]]
+    out = _summary(overall)
+    out.update({
+        "cases": len(scored), "healthy": len(healthy),
+        "false_alarms_healthy": sum(len(r["false"]) for r in healthy),
+        "healthy_cases_with_false_alarms": sum(1 for r in healthy if r["false"]),
+        "false_alarms_fault_cases": sum(len(r["false"]) for r in scored if r["case"]["faults"]),
+        "unusable": [r["case"]["name"] for r in scored if r["code"] not in (0, 1)],
+        "per_kind": {k: _summary(v) for k, v in sorted(per_kind.items())},
+        "per_interval": {L: _summary(v) for L, v in sorted(per_interval.items())},
+    })
+    # kept for callers of the earlier summary
+    out["recall_per_kind"] = {k: v["recall"] for k, v in out["per_kind"].items()}
+    out["late_per_kind"] = {k: v["late"] for k, v in out["per_kind"].items()}
+    out["median_delay"], out["max_delay"] = out["median_delay_steps"], out["max_delay_steps"]
+    return out
+
+
+def _n(x: float | None, fmt: str = "g") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def _delays(v: dict) -> str:
+    return (f"{_n(v['median_delay_steps'], '.0f'):>5} / {_n(v['max_delay_steps'], '.0f'):<5}  "
+            f"{_n(v['median_delay_records'], '.1f'):>5} / {_n(v['max_delay_records'], '.1f'):<5}")
 
 
 def print_totals(t: dict) -> None:
-    print("\nrecall per kind (on time; late in brackets):")
-    for k, v in t["recall_per_kind"].items():
-        late = t["late_per_kind"][k]
-        print(f"  {k:26} {v:5.0%}" + (f"  [{late} late]" if late else ""))
-    print(f"overall recall: {t['recall']:.0%}")
+    print(f"\n{'recall per kind':26} faults  recall  late  missed   delay steps    delay records"
+          f"\n{'':26} {'':6}  {'':6}  {'':4}  {'':6}   median / max   median / max")
+    for k, v in t["per_kind"].items():
+        print(f"  {k:24} {v['faults']:6}  {v['recall']:6.0%}  {v['late']:4}  {v['missed']:6}   "
+              + _delays(v))
+    print(f"overall: recall {t['recall']:.0%} ({t['on_time']}/{t['faults']} on time, "
+          f"{t['late']} late, {t['missed']} missed)" if t["faults"] else "overall: no faults")
     print(f"false alarms: {t['false_alarms_healthy']} on healthy cases "
-          f"({t['healthy_cases_with_false_alarms']} cases), "
+          f"({t['healthy_cases_with_false_alarms']} of {t['healthy']} cases), "
           f"{t['false_alarms_fault_cases']} on fault cases")
-    print(f"detection delay (steps): median {t['median_delay']}, max {t['max_delay']}")
+    print(f"detection delay: median {_n(t['median_delay_steps'], '.0f')} steps / "
+          f"{_n(t['median_delay_records'], '.1f')} records, max {_n(t['max_delay_steps'], '.0f')} "
+          f"steps / {_n(t['max_delay_records'], '.1f')} records")
     if len(t["per_interval"]) > 1:
-        print("\nper logging interval:  faults  recall  healthy  healthy-with-alarms  median delay (steps / records)")
+        print(f"\n{'per logging interval':22} faults  recall  late  missed  healthy  with-FA  FA"
+              f"   delay steps    delay records\n{'':62}median / max   median / max")
         for L, v in t["per_interval"].items():
             rec = "-" if v["recall"] is None else f"{v['recall']:.0%}"
-            print(f"  every {L:3} steps        {v['faults']:4}  {rec:>6}  {v['healthy']:7}  "
-                  f"{v['healthy_with_false_alarms']:19}  {v['median_delay_steps']} / {v['median_delay_records']}")
+            print(f"  every {L:3} steps       {v['faults']:6}  {rec:>6}  {v['late']:4}  "
+                  f"{v['missed']:6}  {v['healthy']:7}  {v['healthy_with_false_alarms']:7}  "
+                  f"{v['false_alarms_healthy']:3}  " + _delays(v))
     if t["unusable"]:
         print(f"unusable input (exit 2): {', '.join(t['unusable'])}")
 
 
+def corpus_dir(arg: str | Path) -> Path:
+    """``--corpus`` value -> directory (shorthands ``data``, ``hard``)."""
+    return CORPORA.get(str(arg), Path(arg))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=DATA, help="corpus directory with labels.json")
-    ap.add_argument("--hard", action="store_true",
-                    help="generate and score the adversarial corpus (tests/corpus/hard.py)")
+    ap.add_argument("--corpus", "--data", dest="corpus", default=str(DATA),
+                    help="corpus directory with labels.json, or 'data' (default: "
+                    "tests/corpus/data) / 'hard' (tests/corpus/hard)")
+    ap.add_argument("--hard", action="store_true", help="same as --corpus hard")
     ap.add_argument("--case", help="only cases whose name contains this")
     ap.add_argument("--rlguard", help="command to run rlguard (default: .venv/bin/rlguard, "
                     "else python -m rlguard)")
@@ -247,21 +318,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="rlguard check option taking METRIC=VALUE for regression cases")
     ap.add_argument("-j", "--jobs", type=int, default=min(os.cpu_count() or 2, 2))
     ap.add_argument("-v", "--verbose", action="store_true", help="print every alert")
-    ap.add_argument("--json", type=Path, help="write per-case results and totals here")
+    ap.add_argument("--json", type=Path, help="write per-case results and totals (per kind, "
+                    "per logging interval) here")
     args = ap.parse_args(argv)
 
     cmd = args.rlguard.split() if args.rlguard else rlguard_cmd()
-    if args.hard:
-        import tempfile
-
-        args.data = Path(tempfile.mkdtemp(prefix="rlguard-hard-"))
-        subprocess.run([sys.executable, str(ROOT / "tests" / "corpus" / "hard.py"), str(args.data)],
-                       check=True, capture_output=True)
-    cases = json.loads((args.data / "labels.json").read_text())["cases"]
+    data = corpus_dir("hard" if args.hard else args.corpus)
+    cases = json.loads((data / "labels.json").read_text())["cases"]
     cases = [c for c in cases if not args.case or args.case in c["name"]]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(lambda c: check_case(cmd, args.data, c, args.baseline_flag),
-                                cases))
+        results = list(pool.map(lambda c: check_case(cmd, data, c, args.baseline_flag), cases))
     scored = [score(r) for r in results]
     print_table(scored)
     if args.verbose:
@@ -269,11 +335,15 @@ def main(argv: list[str] | None = None) -> int:
             for a in r["alerts"]:
                 print(f"  {r['case']['name']}: {json.dumps(a)}")
     t = totals(scored)
+    print(f"\ncorpus: {data} ({len(scored)} cases)")
     print_totals(t)
     if args.json:
-        slim = [{"case": r["case"]["name"], "exit": r["code"], "found": r["found"],
+        slim = [{"case": r["case"]["name"], "format": r["case"]["format"],
+                 "logging_steps": interval(r["case"]), "exit": r["code"], "found": r["found"],
                  "false_alarms": r["false"], "note": r["note"]} for r in scored]
-        args.json.write_text(json.dumps({"cases": slim, "totals": t}, indent=1) + "\n")
+        t_json = {**t, "per_interval": {str(L): v for L, v in t["per_interval"].items()}}
+        args.json.write_text(json.dumps({"corpus": str(data), "cases": slim, "totals": t_json},
+                                        indent=1) + "\n")
     return 1 if t["unusable"] else 0
 
 

@@ -2,6 +2,7 @@
 
     python tests/corpus/generate.py OUTDIR            # the corpus + OUTDIR/labels.json
     python tests/corpus/generate.py OUTDIR --examples EXDIR   # also the demo examples
+    python tests/corpus/generate.py --hard HARDDIR    # the adversarial corpus (hard.py)
 
 Each case is a healthy run (:mod:`synth.healthy`), optionally bent by fault injections
 (:mod:`synth.faults`), written in one trainer's log format (:mod:`synth.writers`). The
@@ -275,12 +276,22 @@ def generate(outdir: str | Path, cases: list[Case] | None = None) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("outdir", help="directory for the corpus files and labels.json")
+    ap.add_argument("outdir", nargs="?", help="directory for the corpus files and labels.json")
     ap.add_argument("--examples", metavar="DIR",
                     help="also write the demo examples (seed fixtures + generated runs) here")
+    ap.add_argument("--hard", metavar="DIR",
+                    help="also write the adversarial corpus (tests/corpus/hard.py) here; "
+                    "committed copy: tests/corpus/hard")
     args = ap.parse_args(argv)
-    labels = generate(args.outdir)
-    print(f"wrote {len(labels['cases'])} cases to {args.outdir}")
+    if not (args.outdir or args.hard):
+        ap.error("give OUTDIR, --hard DIR, or both")
+    if args.outdir:
+        labels = generate(args.outdir)
+        print(f"wrote {len(labels['cases'])} cases to {args.outdir}")
+    if args.hard:
+        import hard  # tests/corpus/hard.py
+        labels = hard.generate(args.hard)
+        print(f"wrote {len(labels['cases'])} hard cases to {args.hard}")
     if args.examples:
         import make_examples as ex  # tests/corpus/make_examples.py
         files = ex.write_examples(Path(args.examples))

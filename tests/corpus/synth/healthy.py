@@ -34,6 +34,7 @@ class Spec:
     group_size: int = 8
     kl_coef: float = 0.04               # 0: no KL term (kl not logged)
     adaptive_kl: bool = False           # proportional controller on kl_coef
+    kl_gain: float = 0.03               # its gain per step (longer runs: a longer horizon)
     kl_target: float = 0.02
     kl_final: float = 0.02              # where KL settles
     kl_noise: float = 0.3               # lognormal sigma of the KL estimate
@@ -124,7 +125,8 @@ def healthy_run(spec: Spec, rng: np.random.Generator) -> Run:
     kl[0] = 0.0
     if spec.adaptive_kl:
         m["kl_coef"], m["kl"] = sh.adaptive_kl_controller(kl, spec.kl_coef, spec.kl_target,
-                                                          gain=0.03, floor=spec.kl_coef / 20)
+                                                          gain=spec.kl_gain,
+                                                          floor=spec.kl_coef / 20)
     else:
         m["kl_coef"], m["kl"] = np.full(n, spec.kl_coef), kl
 

@@ -16,8 +16,8 @@ from . import writers as W
 
 _INV_FLAT = {v: k for k, v in W.FLAT_KEYS.items()}
 _INV_TRL = {v: k for k, v in W.TRL_KEYS.items()}
-_INV_VERL = {v: k for k, v in {**W.VERL_KEYS, **W.VERL_REWARD_KL_KEYS}.items()}
-_INV_VERL.update({v: k for k, v in W.VERL_KEYS.items()})
+_INV_VERL = {v: k for keys in (W.VERL_KL_PENALTY_KEYS, W.VERL_REWARD_KL_KEYS, W.VERL_KEYS)
+             for k, v in keys.items()}
 _VERL_LINE = re.compile(r"\bstep:(\d+) - (.*)$")
 _CONSOLE_NS = {"nan": math.nan, "inf": math.inf, "__builtins__": {}}
 

@@ -18,6 +18,15 @@ from .healthy import EVAL_METRICS
 
 Rows = list[tuple[int, dict[str, float]]]
 
+#: preference (DPO) and SFT metrics, as TRL's DPOTrainer / SFTTrainer name them. Canonical
+#: names where rlguard has one (pref_margin, pref_accuracy, logps_*), writer-only names else.
+PREF_TRL_KEYS = {
+    "pref_reward_chosen": "rewards/chosen", "pref_reward_rejected": "rewards/rejected",
+    "pref_accuracy": "rewards/accuracies", "pref_margin": "rewards/margins",
+    "logps_chosen": "logps/chosen", "logps_rejected": "logps/rejected",
+    "logits_chosen": "logits/chosen", "logits_rejected": "logits/rejected",
+    "token_accuracy": "mean_token_accuracy",
+}
 FLAT_KEYS = {
     "train_loss": "train/loss", "reward_mean": "train/reward", "reward_std": "train/reward_std",
     "frac_zero_std": "train/frac_reward_zero_std", "kl": "train/kl", "kl_coef": "train/beta",
@@ -26,6 +35,7 @@ FLAT_KEYS = {
     "length_clip_ratio": "train/completions/clipped_ratio",
     "clip_ratio": "train/clip_ratio/region_mean", "val_loss": "eval/loss",
     "val_reward": "eval/reward",
+    **{k: "train/" + v for k, v in PREF_TRL_KEYS.items()},
 }
 TRL_KEYS = {  # TRL GRPOTrainer logs no beta; eval entries are separate
     "train_loss": "loss", "grad_norm": "grad_norm", "lr": "learning_rate",
@@ -33,6 +43,7 @@ TRL_KEYS = {  # TRL GRPOTrainer logs no beta; eval entries are separate
     "reward_mean": "reward", "reward_std": "reward_std", "frac_zero_std": "frac_reward_zero_std",
     "kl": "kl", "entropy": "entropy", "clip_ratio": "clip_ratio/region_mean",
     "val_loss": "eval_loss", "val_reward": "eval_reward",
+    **PREF_TRL_KEYS,
 }
 VERL_KEYS = {  # KL as a loss term (use_kl_loss=True); verl logs no frac_zero_std, no val loss
     "entropy": "actor/entropy", "kl": "actor/kl_loss", "kl_coef": "actor/kl_coef",
@@ -44,6 +55,10 @@ VERL_KEYS = {  # KL as a loss term (use_kl_loss=True); verl logs no frac_zero_st
 #: verl with the KL penalty in the reward (use_kl_in_reward=True, adaptive controller)
 VERL_REWARD_KL_KEYS = {**{k: v for k, v in VERL_KEYS.items() if k not in ("kl", "kl_coef")},
                        "kl": "critic/kl", "kl_coef": "critic/kl_coeff"}
+#: verl's apply_kl_penalty metrics: the KL placed in the reward and its (adaptive) coefficient
+VERL_KL_PENALTY_KEYS = {**{k: v for k, v in VERL_KEYS.items() if k not in ("kl", "kl_coef")},
+                        "kl": "actor/reward_kl_penalty",
+                        "kl_coef": "actor/reward_kl_penalty_coeff"}
 
 
 def _num(v: float) -> float:
@@ -107,15 +122,17 @@ def _trl_train_entry(step: int, train: dict[str, float], rng: np.random.Generato
 
 def write_trl_state(path: Path, rows: Rows, *, rng: np.random.Generator,
                     steps_per_epoch: int = 100, eval_steps: int = 10,
-                    max_len: int = 1024) -> None:
-    """``trainer_state.json`` as TRL's GRPOTrainer saves it (sorted keys, indent 2)."""
+                    max_len: int = 1024, logging_steps: int = 1) -> None:
+    """``trainer_state.json`` as TRL's GRPOTrainer saves it (sorted keys, indent 2). A row
+    with eval metrics only (``eval_on_start``) gets no train entry; ``logging_steps`` is
+    recorded as given (the rows are already one per logged step)."""
     log: list[dict] = []
     tokens = 0.0
     for step, row in rows:
         train, ev = _split(row)
         tokens += 256 * (350 + train.get("response_length", 400))
-        entry = _trl_train_entry(step, train, rng, steps_per_epoch, tokens, max_len)
-        log.append(entry)
+        if train:
+            log.append(_trl_train_entry(step, train, rng, steps_per_epoch, tokens, max_len))
         if ev:
             e = _named(ev, TRL_KEYS)
             e.update({"eval_runtime": round(rng.uniform(40, 50), 4),
@@ -132,7 +149,7 @@ def write_trl_state(path: Path, rows: Rows, *, rng: np.random.Generator,
     state = {"best_global_step": None, "best_metric": None, "best_model_checkpoint": None,
              "epoch": last / steps_per_epoch, "eval_steps": eval_steps, "global_step": last,
              "is_hyper_param_search": False, "is_local_process_zero": True,
-             "is_world_process_zero": True, "log_history": log, "logging_steps": 1,
+             "is_world_process_zero": True, "log_history": log, "logging_steps": logging_steps,
              "max_steps": last, "num_input_tokens_seen": 0,
              "num_train_epochs": int(np.ceil(last / steps_per_epoch)), "save_steps": 100,
              "stateful_callbacks": {"TrainerControl": {"args": {
@@ -190,12 +207,14 @@ def write_trl_console(path: Path, rows: Rows, *, rng: np.random.Generator,
         spi = rng.uniform(11.0, 13.0)
         out.append("\r" + "\r".join(_bar(step, total, spi) for _ in range(int(rng.integers(1, 3)))))
         tokens += 256 * (350 + train.get("response_length", 400))
-        e = _trl_train_entry(step, train, rng, steps_per_epoch, tokens, max_len)
-        e.pop("step")
-        e["epoch"] = round(e.pop("epoch"), 2)
-        ordered = {k: e[k] for k in ("loss", "grad_norm", "learning_rate", "num_tokens") if k in e}
-        ordered.update({k: v for k, v in e.items() if k not in ordered})
-        out.append(repr(ordered))
+        if train:
+            e = _trl_train_entry(step, train, rng, steps_per_epoch, tokens, max_len)
+            e.pop("step")
+            e["epoch"] = round(e.pop("epoch"), 2)
+            ordered = {k: e[k] for k in ("loss", "grad_norm", "learning_rate", "num_tokens")
+                       if k in e}
+            ordered.update({k: v for k, v in e.items() if k not in ordered})
+            out.append(repr(ordered))
         if ev and evals:
             out.append(_bar(13, 13, rng.uniform(3.3, 3.6), prefix="\r"))
             ed = _named(ev, TRL_KEYS)
