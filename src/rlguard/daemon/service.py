@@ -27,6 +27,7 @@ from ..errors import RLGuardError
 from ..rulespec import load_packs
 from ..stopfile import STOP_FILE
 from .config import DaemonConfig
+from .pidproof import trainer_pid
 from .runs import RunMonitor, run_name_for
 from .store import Store
 
@@ -145,12 +146,16 @@ class Daemon:
                 log.error("[%s] stop command failed: %s", mon.run, exc)
 
     def _signal(self, mon: RunMonitor, stop) -> None:
-        pid_path = mon.run_dir / stop.pid_file
+        """Signal the run's trainer, only when its PID file is proven to name it (pidproof)."""
+        proof = trainer_pid(mon.run_dir, stop.pid_file)
+        if proof.pid is None:
+            log.error("[%s] no signal sent: %s", mon.run, proof.reason)
+            return
         try:
-            pid = int(pid_path.read_text().split()[0])
-            os.kill(pid, getattr(signal, stop.signal))
-        except (OSError, ValueError, IndexError) as exc:
-            log.error("[%s] could not signal the PID in %s: %s", mon.run, pid_path, exc)
+            os.kill(proof.pid, getattr(signal, stop.signal))
+            log.warning("[%s] sent %s to PID %d (%s)", mon.run, stop.signal, proof.pid, proof.reason)
+        except OSError as exc:
+            log.error("[%s] could not signal PID %d: %s", mon.run, proof.pid, exc)
 
     def reload_rules(self) -> bool:
         try:
