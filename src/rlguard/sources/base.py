@@ -56,12 +56,36 @@ class ReadStats:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass(slots=True)
+class Appended:
+    """What :meth:`Reader.read_appended` made of the bytes a log gained."""
+
+    records: list[LogRecord]
+    consumed: int  # bytes of complete units (lines, framed records) at the start of the data
+    units: int  # how many units those bytes held (the next unit's number is units + 1)
+    bad: int  # units or values that could not be used
+    context: dict  # what the reader needs to go on from there (JSON-serialisable)
+
+
 class Reader(ABC):
-    """One log format. Subclasses set ``name`` and implement :meth:`records`."""
+    """One log format. Subclasses set ``name`` and implement :meth:`records`.
+
+    **Following a log as it grows** (the daemon): ``follow`` says how the format resumes.
+
+    * ``"append"``: the file only grows. :meth:`read_appended` parses the complete units at the
+      start of the bytes gained since the last offset (a unit being written waits), and returns
+      how many bytes it used and the small ``context`` it needs next time (a CSV header, a
+      count of steps). The follower keeps offset, unit count and context; nothing else.
+    * ``"whole"``: the log is rewritten whole (``trainer_state.json``) or is not a file (a
+      tracking server). The follower re-reads it with :meth:`records` when
+      :meth:`signature` changes, and passes on only the records after the last one delivered.
+    """
 
     name: ClassVar[str]
     #: one-line description shown by ``rlguard check --help``
     summary: ClassVar[str]
+    #: how a follower resumes this format: "append" or "whole" (see above)
+    follow: ClassVar[str] = "append"
 
     def __init__(self) -> None:
         self.stats = ReadStats()
@@ -74,6 +98,39 @@ class Reader(ABC):
     @abstractmethod
     def records(self, path: str) -> Iterator[LogRecord]:
         """Yield records in file order; raise LogFormatError (path, line) if unusable."""
+
+    def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
+        """Records in the complete lines at the start of ``data`` (bytes a log gained), numbered
+        from ``first_unit``. Line formats use this default; framed formats override it."""
+        from ._common import MemoryLog
+
+        end = data.rfind(b"\n")
+        if end < 0:
+            return Appended([], 0, 0, 0, context)
+        chunk = data[: end + 1]
+        self.resume(context)
+        records = list(self.records(MemoryLog(chunk, path)))
+        shift = first_unit - 1
+        if shift:
+            for rec in records:
+                rec.line += shift
+        return Appended(records, len(chunk), chunk.count(b"\n"), self.stats.bad_lines + self.stats.bad_values,
+                        self.context())
+
+    def resume(self, context: dict) -> None:
+        """Take up the context saved by :meth:`context` (for formats that need one)."""
+
+    def context(self) -> dict:
+        """What this reader needs to read the next piece of the same log (default: nothing)."""
+        return {}
+
+    def signature(self, path: str) -> tuple | None:
+        """Changes whenever a ``"whole"`` log has new content (default: the file's size, mtime
+        and inode); None when it cannot tell (the follower then re-reads it at every poll)."""
+        import os
+
+        st = os.stat(path)
+        return (st.st_size, st.st_mtime_ns, st.st_ino)
 
     def batches(self, path: str, size: int = 50_000) -> Iterator[list[LogRecord]]:
         """The same records, in lists of up to ``size`` (readers may do this faster)."""

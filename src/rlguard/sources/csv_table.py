@@ -18,7 +18,7 @@ from __future__ import annotations
 import csv
 from typing import IO, Iterator
 
-from .base import NULL_NAN, LogRecord, ReadStats, Reader
+from .base import Appended, NULL_NAN, LogRecord, ReadStats, Reader
 from ..errors import LogFormatError
 from ._common import STEP_KEYS, StepFill, note_bad, open_binary, reading, short, str_number, to_step
 
@@ -71,6 +71,29 @@ class CsvReader(Reader):
         if stats.records == 0 and stats.bad_lines:
             raise LogFormatError(f"no usable row; first bad line: {stats.first_bad_reason}",
                                  path=str(path), line=stats.first_bad_line)
+
+
+    def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
+        """The header is read once (the context keeps it); later pieces are rows only."""
+        header = context.get("header")
+        if header is None:
+            end = data.find(b"\n")
+            if end < 0:
+                return Appended([], 0, 0, 0, context)
+            head = data[: end + 1]
+            if not head.strip():  # blank lines before the header
+                return Appended([], end + 1, 1, 0, context)
+            got = super().read_appended(data, path, first_unit, context)
+            got.context = {"header": head.decode("utf-8", "replace")}
+            return got
+        end = data.rfind(b"\n")
+        if end < 0:
+            return Appended([], 0, 0, 0, context)
+        got = super().read_appended(header.encode() + data[: end + 1], path, first_unit - 1, context)
+        got.consumed -= len(header.encode())
+        got.units -= 1
+        got.context = context
+        return got
 
 
 class _TextLines:

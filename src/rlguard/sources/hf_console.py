@@ -85,6 +85,12 @@ class HfConsoleReader(Reader):
                 if not found:
                     stats.skipped_lines += 1
 
+    def resume(self, context: dict) -> None:
+        self.start_count = int(context.get("count", 0))
+
+    def context(self) -> dict:
+        return {"count": self.last_count["count"]}
+
 
 def _line_records(raw: bytes, lineno: int, stats: ReadStats,
                   state: dict[str, int]) -> Iterator[LogRecord]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import struct
 from typing import IO, Iterator
 
-from ._common import note_bad, open_binary, reading
-from .base import LogRecord, ReadStats, Reader
+from ._common import MemoryLog, note_bad, open_binary, reading
+from .base import Appended, LogRecord, ReadStats, Reader
 
 _MAX_RECORD = 64 * 1024 * 1024  # a record larger than this means a corrupt length field
 _DT_FLOAT, _DT_DOUBLE = 1, 2
@@ -40,6 +40,14 @@ class TensorBoardReader(Reader):
         self.consumed = 0  # bytes of complete records read (a tail continues from there)
         with open_binary(path) as f, reading(path, stats):
             yield from _group_by_step(_events(f, stats, self), stats)
+
+
+    def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
+        """Complete TFRecords at the start of ``data``; a record being written waits."""
+        self.tailing, self.first_record = True, first_unit - 1
+        records = list(self.records(MemoryLog(data, path)))
+        units = self.stats.lines - (1 if self.consumed < len(data) else 0)
+        return Appended(records, self.consumed, max(units, 0), self.stats.bad_lines, context)
 
 
 def _events(f: IO[bytes], stats: ReadStats, reader=None) -> Iterator[tuple[int, int, dict[str, float]]]:

@@ -41,6 +41,7 @@ _DECODER = json.JSONDecoder()
 class TrainerStateReader(Reader):
     """trainer_state.json reader."""
 
+    follow = "whole"  # rewritten at every checkpoint; log_history only grows
     name = "trainer_state"
     summary = "transformers/TRL trainer_state.json (its log_history list)"
 
