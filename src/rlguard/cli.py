@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .errors import InputError, RLGuardError
+from .sources.layout import run_name  # noqa: F401 - kept importable from here
 
 CHUNK = 20_000  # records per watchdog chunk: bounded memory, same results as one chunk
 
@@ -131,18 +132,6 @@ def _version() -> str:
     from . import __version__
 
     return __version__
-
-
-def run_name(path: str) -> str:
-    p = Path(path)
-    if p.is_dir():
-        return p.resolve().name
-    stem = p.name.removesuffix(".gz")
-    stem = stem.rsplit(".", 1)[0] if "." in stem else stem
-    generic = {"trainer_state", "metrics", "log", "train", "output", "stdout", "events", "history"}
-    if stem in generic and p.resolve().parent.name:
-        return p.resolve().parent.name
-    return stem
 
 
 def parse_baselines(items: list[str]) -> dict[str, float]:

@@ -11,6 +11,7 @@ from ..alerts import Alert, Decision
 from ..rulespec import RulePack
 from ..watchdog import Watchdog
 from ..stopfile import write_stop_request
+from ..sources.layout import Found, follow_target, log_kind, run_name
 from .tail import FileTail
 
 STALL_RULE = "RLG-STALL"
@@ -32,10 +33,18 @@ class RunInfo:
 
 
 class RunMonitor:
-    def __init__(self, path: str, run: str, packs: list[RulePack], saved: dict | None = None,
+    """One run: where it lives (a :class:`~rlguard.sources.layout.Found`), the log followed now
+    (a run moves on to newer checkpoints and TensorBoard files), and its watchdog."""
+
+    def __init__(self, found: Found | str, run: str, packs: list[RulePack], saved: dict | None = None,
                  max_metrics: int = 2000) -> None:
-        self.path, self.run = path, run
-        self.tail = FileTail(path, saved["tail"] if saved else None)
+        if isinstance(found, str):  # a single log file
+            p = os.path.abspath(found)
+            found = Found(p, os.path.dirname(p), p, "file")
+        self.found = found
+        self.path, self.run = found.key, run
+        self.tail = FileTail(found.log, saved["tail"] if saved else None)
+        self.kind = log_kind(self.tail.path)
         self.watchdog = Watchdog(packs=packs, run=run)
         self.info = RunInfo(**saved["info"]) if saved else RunInfo()
         if saved and saved.get("watchdog"):
@@ -48,13 +57,19 @@ class RunMonitor:
         self.changed = False
 
     @property
+    def log(self) -> str:
+        """The file followed now."""
+        return self.tail.path
+
+    @property
     def finished(self) -> bool:
         """transformers logs an end-of-training summary (train_runtime ...) when a run ends."""
         return self.watchdog.summaries > 0
 
     @property
     def run_dir(self) -> Path:
-        return Path(self.path).resolve().parent
+        """Where the run reads stop requests: its output dir (never a symlink's target)."""
+        return Path(self.found.run_dir)
 
     def poll(self, now: float, eval_interval: float = 0.0) -> tuple[list[Alert], list[Decision], list[str]]:
         """New records through the watchdog: (alerts, decisions, tail events).
@@ -64,7 +79,14 @@ class RunMonitor:
         per record, so 1,000 runs logging every second stay cheap; detection waits at most
         that long.
         """
+        events = []
+        if self.found.layout in ("hf_output", "tensorboard"):
+            target = follow_target(self.found, self.kind)
+            if target is not None and target != self.tail.path:
+                self.tail.switch(target)
+                events.append(f"now following {target}")
         p = self.tail.poll()
+        p.events[:0] = events
         if p.error:
             self.info.parse_errors += 1
             self.info.last_error = p.error
@@ -159,10 +181,8 @@ class RunMonitor:
 
 
 def run_name_for(path: str, taken: set[str]) -> str:
-    """The run's name: its directory for generic file names (metrics.jsonl...), else the file
-    stem; a path hash is appended when two files would share a name."""
-    from ..cli import run_name
-
+    """The run's name (see :func:`~rlguard.sources.layout.run_name`); a path hash is appended
+    when two runs would share a name."""
     name = run_name(path)
     if name in taken:
         name = f"{name}-{hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:6]}"

@@ -1,7 +1,8 @@
 """``rlguard daemon``: tail training logs, run the watchdog on each, act on its decisions.
 
 Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
-- ``discover``: glob the ``--watch`` patterns, start watching new files (one run per file);
+- ``discover``: find runs under the ``--watch`` directories and patterns (trainers' layouts:
+  :mod:`rlguard.sources.layout`), start watching new ones (one run per output dir or log);
 - ``poll``: read what every file gained, feed the watchdog, notify, write stop requests;
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
 - ``save``: persist offsets, watchdog states and counters (one SQLite transaction);
@@ -13,19 +14,17 @@ rules and says why.
 """
 from __future__ import annotations
 
-import glob
 import logging
 import os
 import signal
 import subprocess
 import threading
 import time
-from pathlib import Path
 
 from ..alerts import Action, Alert
 from ..errors import RLGuardError
 from ..rulespec import load_packs
-from ..stopfile import STOP_FILE
+from ..sources.layout import Discovery, Found
 from .config import DaemonConfig
 from .pidproof import trainer_pid
 from .runs import RunMonitor, run_name_for
@@ -44,6 +43,9 @@ class Daemon:
         self.runs: dict[str, RunMonitor] = {}
         self.saved = self.store.load()
         self.dropped_runs = 0
+        self._dropped: set[str] = set()  # runs not watched (max_runs), counted once each
+        self.finder = Discovery(cfg.watch)
+        self._errors_logged = 0
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
         self.started = clock()
         self.last_poll = 0.0
@@ -52,24 +54,29 @@ class Daemon:
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
+        """Start watching runs that appeared under the watched directories and patterns."""
         with self.lock:
-            for pattern in self.cfg.watch:
-                for path in sorted(glob.glob(os.path.expanduser(pattern), recursive=True)):
-                    if path not in self.runs and os.path.isfile(path) and not _is_ours(path):
-                        self._watch(path)
+            for found in self.finder.scan():
+                if found.key not in self.runs:
+                    self._watch(found)
+            for msg in self.finder.errors[self._errors_logged:]:
+                log.error("%s", msg)
+            self._errors_logged = len(self.finder.errors)
 
-    def _watch(self, path: str) -> None:
+    def _watch(self, found: Found) -> None:
         if len(self.runs) >= self.cfg.max_runs:
-            self.dropped_runs += 1
+            if found.key not in self._dropped:
+                self._dropped.add(found.key)
+                self.dropped_runs += 1
             return
-        saved = self.saved.pop(path, None)
-        name = saved["run"] if saved else run_name_for(path, {r.run for r in self.runs.values()})
+        saved = self.saved.pop(found.key, None)
+        name = saved["run"] if saved else run_name_for(found.key, {r.run for r in self.runs.values()})
         try:
-            self.runs[path] = RunMonitor(path, name, self.packs, saved, self.cfg.max_metrics_per_run)
+            self.runs[found.key] = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run)
         except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
-            log.warning("%s: saved state not usable (%s); starting from the beginning", path, exc)
-            self.runs[path] = RunMonitor(path, name, self.packs, None, self.cfg.max_metrics_per_run)
-        log.info("watching %s as run %r", path, name)
+            log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
+            self.runs[found.key] = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run)
+        log.info("watching %s as run %r (%s, following %s)", found.key, name, found.layout, found.log)
 
     def poll(self) -> None:
         with self.lock:
@@ -168,7 +175,7 @@ class Daemon:
             for path, mon in list(self.runs.items()):
                 _, run, _, wd_state, info = mon.saved()
                 saved = {"run": run, "tail": mon.tail.state_dict(), "watchdog": wd_state, "info": info}
-                fresh = RunMonitor(path, mon.run, packs, saved, self.cfg.max_metrics_per_run)
+                fresh = RunMonitor(mon.found, mon.run, packs, saved, self.cfg.max_metrics_per_run)
                 fresh.pending, fresh.admitted = mon.pending, mon.admitted
                 self.runs[path] = fresh
             self.reloads += 1
@@ -207,9 +214,3 @@ class Daemon:
         server.shutdown()
         self.store.close()
         return 0
-
-
-def _is_ours(path: str) -> bool:
-    """Files rlguard writes itself are never watched as logs."""
-    p = Path(path)
-    return p.name in (STOP_FILE, "stop.json", "decisions.jsonl") or p.parent.name == "rlguard"

@@ -1,171 +1,321 @@
-"""Following one log file as it grows, the way real log files behave.
+"""Following one run's log as it grows, the way real log files behave.
 
-- Only complete lines are read: a partial last line stays in the file until its newline
-  arrives (the offset stops before it).
-- Truncation (the file got shorter than the offset) and rotation (a new inode at the same
-  path) restart from the beginning; a deleted file is reported and remembered, and picked up
-  again if it comes back.
-- Bursts are read in bounded slices (``max_bytes`` per poll), so a log that gained 10 GB
-  does not exhaust memory; the rest comes at the next poll.
-- Whole-file formats (``trainer_state.json`` rewritten at each checkpoint, TensorBoard event
-  files) are re-read when they change, and only records beyond those already seen are new.
+Format-agnostic: how a format resumes is the reader's business (``Reader.follow``,
+``read_appended``, ``signature``: see :mod:`rlguard.sources.base`); this module keeps the
+cursor and decides what is new.
 
-The state (inode, offset, header, counters) is a plain dict, stored by the daemon after each
-poll, so a restarted daemon continues where it stopped.
+- ``"append"`` formats are read from a byte offset, complete units only: a partial last line
+  (or TFRecord) waits until it is complete. Bursts are read in bounded slices (``max_bytes``
+  per poll).
+- ``"whole"`` formats are re-read when their signature changes.
+- **Re-reads never replay.** Whenever a log has to be read again from the top - it was
+  replaced by rename (a new inode), truncated, rewritten in place (the bytes before the offset
+  changed: the first and last 512 bytes already read are checked whenever the file changes),
+  deleted and recreated, re-read whole, or the run moved on to another file (a newer
+  ``checkpoint-N``, a new TensorBoard file) - records are classified against the stream
+  already judged:
+
+  * the same stream (its first record is the one seen before): records already delivered are
+    skipped by count when the record at that count is the one delivered last, else only steps
+    after the last one delivered are new;
+  * a new run in the same place (a different first record whose step is not after the first
+    step seen: the steps start over): everything is new, and the event says so;
+  * a continuation (rotation to a fresh file, a run resumed from a checkpoint): only steps
+    after the last one delivered are new. Steps that a resumed run does again are not judged
+    twice.
+
+The state (path, inode, offset, anchors, stream identity, reader context) is a plain dict,
+stored by the daemon after each poll, so a restarted daemon continues where it stopped.
 """
 from __future__ import annotations
 
+import hashlib
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 from ..errors import LogFormatError
 from ..sources import detect_format, open_reader
-from ..sources._common import MemoryLog
-from ..sources.base import LogRecord
+from ..sources.base import LogRecord, Reader
 
-WHOLE_FILE = {"trainer_state"}  # rewritten in place: re-read when it changes
-RECORD_FRAMED = {"tensorboard"}  # appended records: read from the offset, complete records only
 MAX_BYTES = 64 * 1024 * 1024
+ANCHOR = 512  # bytes hashed at the start of the file and just before the offset
 
 
 @dataclass
 class TailState:
+    path: str | None = None  # the file followed now (a run may move on to a newer one)
     inode: int | None = None
-    offset: int = 0  # bytes consumed (complete lines only)
-    line: int = 0  # lines consumed
+    offset: int = 0  # bytes consumed (complete units only)
+    line: int = 0  # units (lines, TFRecords) consumed
     fmt: str | None = None
-    header: str | None = None  # CSV header line
-    seen: int = 0  # whole-file formats: records already delivered
+    context: dict = field(default_factory=dict)  # the reader's own (CSV header, step count...)
     size: int = 0
-    mtime: float = 0.0
-    count: int = 0  # hf_console: records counted so far (steps are reconstructed)
+    mtime: int = 0  # ns
+    sig: list | None = None  # "whole" formats: signature at the last read
+    head: str | None = None  # hash of the first min(offset, ANCHOR) bytes
+    anchor: str | None = None  # hash of the min(offset, ANCHOR) bytes before the offset
     missing: bool = False
+    reread: bool = False  # reading from the top again: deliver only what was not judged
+    # the stream (what was judged): survives re-reads and moves to another file
+    first: str | None = None  # fingerprint of the stream's first record
+    first_step: int | None = None
+    count: int = 0  # records of the stream seen (delivered or skipped)
+    last: str | None = None  # fingerprint of the stream's last record seen
+    last_step: int | None = None  # step of the last record delivered
+    # during a re-read (see _classify): same | exact | after | new; records read so far, how
+    # many the stream had before, and the last step judged before
+    mode: str | None = None
+    index: int = 0
+    skip: int = 0
+    floor: int | None = None
+    resume_floor: int | None = None  # steps up to this one were judged: a resumed run's again
 
 
 @dataclass
 class Poll:
     records: list[LogRecord] = field(default_factory=list)
-    events: list[str] = field(default_factory=list)  # truncated | rotated | deleted | restored
+    events: list[str] = field(default_factory=list)  # rotated, truncated, rewritten, new run...
     bytes: int = 0
     skipped: int = 0
-    bad: int = 0  # lines or values that could not be used
+    bad: int = 0  # units or values that could not be used
     error: str | None = None
+
+
+def fingerprint(rec: LogRecord) -> str:
+    key = repr((rec.step, sorted(rec.metrics.items())))
+    return hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+
+
+def _hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
 class FileTail:
     def __init__(self, path: str, state: dict | None = None, max_bytes: int = MAX_BYTES) -> None:
-        self.path = path
-        self.state = TailState(**state) if state else TailState()
+        state = _migrate(state) if state and "path" not in state else state
+        known = {f.name for f in fields(TailState)}
+        self.state = TailState(**{k: v for k, v in (state or {}).items() if k in known})
+        if self.state.path is None:
+            self.state.path = path
         self.max_bytes = max_bytes
+        self._reader: Reader | None = None
+        self._held: list[LogRecord] = []  # re-read records not yet proven judged (see _filter)
 
+    @property
+    def path(self) -> str:
+        return self.state.path
+
+    # ------------------------------------------------------------------ moving on
+    def switch(self, path: str, why: str = "moved on") -> None:
+        """Follow ``path`` from now on (a newer checkpoint, a new TensorBoard file): read from
+        its top, delivering only what the stream has not judged yet."""
+        st = self.state
+        self.state = TailState(path=path, fmt=st.fmt if path == st.path else None, reread=st.count > 0,
+                               first=st.first, first_step=st.first_step, count=st.count, last=st.last,
+                               last_step=st.last_step, resume_floor=st.resume_floor)
+        self._reader = None
+
+    def _restart(self, inode: int) -> None:
+        st = self.state
+        self.switch(st.path)
+        self.state.inode = inode
+
+    # ------------------------------------------------------------------ polling
     def poll(self) -> Poll:
         out = Poll()
         st = self.state
         try:
-            info = os.stat(self.path)
+            info = os.stat(st.path)
         except FileNotFoundError:
             if not st.missing:
                 st.missing = True
                 out.events.append("deleted")
             return out
-        if st.missing:  # a file at this path again: a new file, whatever inode it got
-            out.events.append("restored")
-            self._restart(info.st_ino)
-        elif st.inode is not None and info.st_ino != st.inode:
-            out.events.append("rotated")
-            self._restart(info.st_ino)
-        elif info.st_size < st.offset or (st.fmt in WHOLE_FILE and info.st_size < st.size):
-            out.events.append("truncated")
-            self._restart(info.st_ino)
-        st = self.state
-        st.inode = info.st_ino
-        if info.st_size == 0:
+        except OSError as exc:
+            out.error = f"{st.path}: cannot stat: {exc.strerror or exc}"
             return out
         try:
             if st.fmt is None:
-                st.fmt = detect_format(self.path)
-            if st.fmt in WHOLE_FILE:
-                self._poll_whole(info, out)
-            elif st.fmt in RECORD_FRAMED:
-                self._poll_records(out)
+                if info.st_size == 0:
+                    return out
+                st.fmt = detect_format(st.path)
+            reader = self._reader_for(st.fmt)
+            if reader.follow == "whole":
+                self._poll_whole(reader, info, out)
             else:
-                self._poll_lines(out)
+                self._check_append(info, out)
+                self._poll_append(reader, out)
         except LogFormatError as exc:
             out.error = str(exc)
+        except OSError as exc:
+            out.error = f"{st.path}: {exc.strerror or exc}"
         return out
 
-    def _restart(self, inode: int) -> None:
-        fmt = self.state.fmt
-        self.state = TailState(inode=inode, fmt=fmt)
+    def _reader_for(self, fmt: str) -> Reader:
+        if self._reader is None or self._reader.name != fmt:
+            self._reader = open_reader(self.state.path, fmt)
+        return self._reader
 
-    def _poll_lines(self, out: Poll) -> None:
+    def _check_append(self, info: os.stat_result, out: Poll) -> None:
+        """Decide whether the bytes already read are still there; if not, read from the top."""
         st = self.state
-        with open(self.path, "rb") as f:
+        if st.missing:
+            out.events.append("restored")
+            self._restart(info.st_ino)
+        elif st.inode is not None and info.st_ino != st.inode:
+            if self._anchors_hold():  # replaced by a copy that only grew (write temp + rename)
+                out.events.append("replaced by a longer copy; continuing")
+            else:
+                out.events.append("rotated")
+                self._restart(info.st_ino)
+        elif info.st_size < st.offset:
+            out.events.append("truncated")
+            self._restart(info.st_ino)
+        elif st.offset and (info.st_size != st.size or info.st_mtime_ns != st.mtime) and not self._anchors_hold():
+            out.events.append("rewritten in place")
+            self._restart(info.st_ino)
+        st = self.state
+        st.inode, st.size, st.mtime, st.missing = info.st_ino, info.st_size, info.st_mtime_ns, False
+
+    def _anchors_hold(self) -> bool:
+        st = self.state
+        if not st.offset:
+            return True
+        n = min(st.offset, ANCHOR)
+        try:
+            with open(st.path, "rb") as f:
+                head = f.read(n)
+                f.seek(st.offset - n)
+                tail = f.read(n)
+        except OSError:
+            return False
+        return _hash(head) == st.head and _hash(tail) == st.anchor
+
+    def _poll_append(self, reader: Reader, out: Poll) -> None:
+        st = self.state
+        with open(st.path, "rb") as f:
             f.seek(st.offset)
             data = f.read(self.max_bytes)
-        end = data.rfind(b"\n")
-        if end < 0:
-            if len(data) >= self.max_bytes:  # one line larger than a whole slice: skip it
-                st.offset += len(data)
-                out.skipped += 1
-                out.bad += 1
-            return
-        chunk = data[: end + 1]
-        st.offset += len(chunk)
-        out.bytes = len(chunk)
-        first_line = st.line + 1
-        st.line += chunk.count(b"\n")
-        out.records = self._parse(chunk, first_line, out)
-
-    def _poll_records(self, out: Poll) -> None:
-        """TensorBoard: complete TFRecords from the offset; a record being written waits."""
-        st = self.state
-        with open(self.path, "rb") as f:
-            f.seek(st.offset)
-            data = f.read(self.max_bytes)
+            size = f.seek(0, os.SEEK_END)
         if not data:
             return
-        reader = open_reader(self.path, st.fmt)
-        reader.tailing, reader.first_record = True, st.line
-        out.records = list(reader.records(MemoryLog(data, self.path)))
-        st.offset += reader.consumed
-        st.line += reader.stats.lines - (1 if reader.consumed < len(data) else 0)
-        out.bytes = reader.consumed
-        out.bad += reader.stats.bad_lines
+        got = reader.read_appended(data, st.path, st.line + 1, st.context)
+        if got.consumed == 0:
+            if len(data) >= self.max_bytes:  # one unit larger than a whole slice: skip it
+                got.consumed, got.units = len(data), 1
+                out.skipped += 1
+                out.bad += 1
+            else:
+                return
+        new_offset = st.offset + got.consumed
+        with open(st.path, "rb") as f:  # anchors of what is consumed now
+            n = min(new_offset, ANCHOR)
+            st.head = _hash(f.read(n))
+            f.seek(new_offset - n)
+            st.anchor = _hash(f.read(n))
+        st.offset, st.line, st.context = new_offset, st.line + got.units, got.context
+        out.bytes = got.consumed
+        out.bad += got.bad
+        out.records = self._deliver(got.records, out, done=new_offset >= size)
 
-    def _parse(self, chunk: bytes, first_line: int, out: Poll) -> list[LogRecord]:
+    def _poll_whole(self, reader: Reader, info: os.stat_result, out: Poll) -> None:
         st = self.state
-        shift = first_line - 1
-        if st.fmt == "csv":
-            if st.header is None:
-                head, _, rest = chunk.partition(b"\n")
-                st.header = head.decode("utf-8", "replace")
-                chunk, shift = rest, first_line
-            chunk = st.header.encode() + b"\n" + chunk
-            shift -= 1
-        reader = open_reader(self.path, st.fmt)
-        if st.fmt == "hf_console":
-            reader.start_count = st.count
-        records = list(reader.records(MemoryLog(chunk, self.path)))
-        if st.fmt == "hf_console":
-            st.count = reader.last_count["count"]
-        out.bad += reader.stats.bad_lines + reader.stats.bad_values
-        for rec in records:
-            rec.line += shift
-        return records
-
-    def _poll_whole(self, info: os.stat_result, out: Poll) -> None:
-        st = self.state
-        if info.st_size == st.size and info.st_mtime == st.mtime:
+        sig = reader.signature(st.path)
+        sig = list(sig) if sig is not None else None
+        if sig is not None and sig == st.sig and not st.missing:
             return
-        records = list(open_reader(self.path, st.fmt).records(self.path))
-        if len(records) < st.seen:  # rewritten from scratch: a new run in the same place
-            out.events.append("truncated")
-            st.seen = 0
-        out.records = records[st.seen:]
-        out.bytes = info.st_size - st.size if info.st_size > st.size else info.st_size
-        st.seen = len(records)
-        st.size, st.mtime = info.st_size, info.st_mtime
+        if st.missing:
+            out.events.append("restored")
+            st.missing = False
+        fresh = open_reader(st.path, st.fmt)  # a fresh reader: its stats are this read's
+        records = list(fresh.records(st.path))
+        st.sig, st.size, st.mtime, st.inode = sig, info.st_size, info.st_mtime_ns, info.st_ino
+        out.bytes = info.st_size
+        out.bad += fresh.stats.bad_lines + fresh.stats.bad_values
+        # a whole read always starts at the top: the stream decides what is new
+        st.reread = st.count > 0
+        out.records = self._deliver(records, out, done=True)
+
+    # ------------------------------------------------------------------ what is new
+    def _deliver(self, records: list[LogRecord], out: Poll, done: bool) -> list[LogRecord]:
+        st = self.state
+        if st.reread:
+            if records and st.mode is None:
+                self._classify(records[0], out)
+            kept = self._filter(records) if records else []
+            if done and st.mode is not None:
+                if st.mode == "same":  # it ended before the records judged: a resume, say
+                    kept.extend(self._held)
+                    st.resume_floor = st.floor
+                self._held = []
+                st.count, st.reread, st.mode = st.index, False, None
+        else:
+            kept = records
+            if records:
+                if st.first is None:
+                    st.first, st.first_step = fingerprint(records[0]), records[0].step
+                st.count += len(records)
+                st.last = fingerprint(records[-1])
+        if st.resume_floor is not None and kept:
+            # a resumed run does steps again: judged from the first step after the last one
+            # judged; once past it, its steps are taken as they come
+            past = next((k for k, rec in enumerate(kept) if rec.step > st.resume_floor), None)
+            if past is None:
+                kept = []
+            else:
+                kept, st.resume_floor = kept[past:], None
+        if kept:
+            st.last_step = kept[-1].step
+        return kept
+
+    def _classify(self, rec: LogRecord, out: Poll) -> None:
+        st = self.state
+        st.index, st.skip, st.floor = 0, st.count, st.last_step
+        self._held = []
+        if st.first is None or fingerprint(rec) == st.first:
+            st.mode = "same"  # the stream read again: skip what it had, verified by count
+            return
+        if st.first_step is not None and rec.step <= st.first_step:
+            out.events.append(f"a new run in the same place (its steps start over at {rec.step})")
+            st.mode, st.resume_floor = "new", None
+        else:  # rotation to a fresh file, or a resumed run: steps after the last one judged
+            st.mode, st.resume_floor = "new", st.floor
+        st.first, st.first_step, st.skip = fingerprint(rec), rec.step, 0
+
+    def _filter(self, records: list[LogRecord]) -> list[LogRecord]:
+        """Records of a re-read that were not delivered before (see the module docstring)."""
+        st = self.state
+        kept: list[LogRecord] = []
+        for rec in records:
+            i = st.index
+            st.index += 1
+            if st.mode == "new" or (st.mode == "exact" and i >= st.skip):
+                kept.append(rec)
+            elif st.mode == "same":
+                if i == st.skip - 1:
+                    if fingerprint(rec) == st.last:
+                        st.mode = "exact"  # verified: what follows is new
+                    else:  # rewritten with other content: only later steps are new
+                        st.mode, st.resume_floor = "new", st.floor
+                        kept.extend(self._held)
+                        kept.append(rec)
+                    self._held = []
+                elif st.floor is None or rec.step > st.floor:
+                    self._held.append(rec)  # judged before, unless the stream proves otherwise
+        st.last = fingerprint(records[-1])
+        return kept
 
     def state_dict(self) -> dict:
         return asdict(self.state)
+
+
+def _migrate(old: dict) -> dict:
+    """A tail state saved by rlguard 0.1 (before the reader contract): keep its offset."""
+    context = {}
+    if old.get("header") is not None:
+        context["header"] = old["header"]
+    if old.get("fmt") == "hf_console":
+        context["count"] = old.get("count", 0)
+    return {"inode": old.get("inode"), "offset": old.get("offset", 0), "line": old.get("line", 0),
+            "fmt": old.get("fmt"), "context": context, "size": old.get("size", 0),
+            "count": old.get("seen", 0) if old.get("fmt") == "trainer_state" else 0}

@@ -11,7 +11,7 @@ import numpy as np
 import yaml
 
 from ..alerts import Alert, Decision
-from ..cli import run_name
+from ..sources.layout import run_name
 from ..columns import Naming, columnize
 from ..rulespec import RulePack
 from ..sources import open_reader, resolve_log

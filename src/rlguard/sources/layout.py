@@ -1,0 +1,329 @@
+"""Where trainers write their logs: finding runs under a directory, and the file to follow now.
+
+A *run* is one training output directory, or one log file where a directory holds several
+(verl's file logger writes ``<experiment>.jsonl`` files side by side). Layouts known without
+configuration:
+
+* **transformers / TRL output dir**: ``trainer_state.json`` lives only in ``checkpoint-N/``
+  (and at the top after ``save_state()``); TensorBoard events in ``runs/<stamp>/`` (the HF
+  ``logging_dir`` default). One run, keyed by the output dir. It is followed through its
+  TensorBoard file when there is one (written at every logging step) and else through the
+  newest ``trainer_state.json`` (written at every checkpoint). Stop requests go to the
+  output dir, where ``RLGuardCallback`` reads them.
+* **the bundled trainer**: ``metrics.jsonl`` in the run dir.
+* **TensorBoard log dirs**: ``events.out.tfevents.*`` files; a directory's newest one.
+* **plain logs**: ``*.jsonl``, ``*.log``, ``*.txt``, ``*.csv``, ``*.tsv`` (and ``.gz``), in
+  any format ``rlguard check`` reads: verl's file logger and console, TRL/HF console
+  output... A file whose format is not recognised is not a run (it is looked at again when it
+  changes).
+* **W&B** ``wandb/run-*/`` and ``offline-run-*/`` (their ``.wandb`` file) and **MLflow file
+  stores** (``mlruns/<experiment>/<run>/``), when the extras are installed.
+
+Discovery is incremental: each directory's listing is cached with its mtime, so a scan costs
+one ``stat`` per known directory unless something was added or removed.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import LogFormatError
+
+#: file names that say nothing about the run: the run is named after the directory
+GENERIC = {"trainer_state", "metrics", "log", "train", "output", "stdout", "events", "history"}
+LOG_SUFFIXES = (".jsonl", ".log", ".txt", ".csv", ".tsv", ".out")
+#: directories never searched for runs
+SKIP_DIRS = {".git", "__pycache__", "node_modules", ".cache", ".venv", "site-packages", "rlguard",
+             ".rlguard-daemon", "files", "tmp", "artifacts"}
+#: files rlguard writes itself
+OURS = {"RLGUARD_STOP", "stop.json", "decisions.jsonl", "rlguard_state.json"}
+_CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
+_TB = "events.out.tfevents."
+
+
+@dataclass(frozen=True)
+class Found:
+    """A run found on disk."""
+
+    key: str  # stable identity (the output dir, or the log file): state and names hang on it
+    run_dir: str  # where the run reads stop requests
+    log: str  # what to follow now
+    layout: str  # hf_output | tensorboard | file | wandb | mlflow
+
+
+def run_name(path: str) -> str:
+    """A readable run name: the output dir of a log inside one, the directory for generic file
+    names (``metrics.jsonl``, TensorBoard files), else the file stem."""
+    p = Path(path)
+    if p.is_dir():
+        return p.resolve().name
+    out = hf_output_of(str(p))
+    if out is not None:
+        return Path(out).resolve().name
+    stem = p.name.removesuffix(".gz")
+    stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+    if (stem in GENERIC or p.name.startswith(_TB)) and p.resolve().parent.name:
+        return p.resolve().parent.name
+    return stem
+
+
+def is_ours(path: str) -> bool:
+    p = Path(path)
+    return p.name in OURS or p.parent.name == "rlguard" or p.name.startswith(".")
+
+
+def _is_log_name(name: str) -> bool:
+    base = name[:-3] if name.endswith(".gz") else name
+    return base.endswith(LOG_SUFFIXES) or base == "trainer_state.json" or base.startswith(_TB)
+
+
+# ---------------------------------------------------------------------- HF output dirs
+def _checkpoints(d: str, names: list[str]) -> list[tuple[int, str]]:
+    out = []
+    for n in names:
+        m = _CHECKPOINT.fullmatch(n)
+        if m:
+            out.append((int(m.group(1)), os.path.join(d, n)))
+    return out
+
+
+def hf_log(d: str, kind: str | None = None) -> str | None:
+    """The log to follow in HF output dir ``d`` now: its newest TensorBoard file under
+    ``runs/*/``, else the newest ``trainer_state.json`` (checkpoints and top level, by mtime).
+    ``kind`` ("tensorboard" or "trainer_state") keeps a run on the kind it started with."""
+    try:
+        names = os.listdir(d)
+    except OSError:
+        return None
+    if kind in (None, "tensorboard") and "runs" in names:
+        tb = _newest(_tb_files(os.path.join(d, "runs")))
+        if tb is not None or kind == "tensorboard":
+            return tb
+    cands = [os.path.join(c, "trainer_state.json") for _, c in sorted(_checkpoints(d, names))[-3:]]
+    if "trainer_state.json" in names:
+        cands.append(os.path.join(d, "trainer_state.json"))
+    return _newest(cands)
+
+
+def _tb_files(runs: str) -> list[str]:
+    out = []
+    try:
+        stamps = os.listdir(runs)
+    except OSError:
+        return out
+    for s in stamps:
+        sd = os.path.join(runs, s)
+        try:
+            out += [os.path.join(sd, f) for f in os.listdir(sd) if f.startswith(_TB)]
+        except OSError:
+            continue
+    return out
+
+
+def _newest(paths: list[str]) -> str | None:
+    best, best_key = None, None
+    for p in paths:
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        key = (st.st_mtime_ns, p)
+        if best_key is None or key > best_key:
+            best, best_key = p, key
+    return best
+
+
+def hf_output_of(path: str) -> str | None:
+    """The HF output dir a log inside it belongs to (``out/checkpoint-N/trainer_state.json``,
+    ``out/runs/<stamp>/events...``), or None."""
+    p = Path(path)
+    if p.name == "trainer_state.json" and _CHECKPOINT.fullmatch(p.parent.name):
+        return str(p.parent.parent)
+    if p.name.startswith(_TB) and p.parent.parent.name == "runs":
+        return str(p.parent.parent.parent)
+    return None
+
+
+def _looks_hf(d: str, names: list[str]) -> bool:
+    if "runs" in names and _tb_files(os.path.join(d, "runs")):
+        return True
+    return any(os.path.isfile(os.path.join(c, "trainer_state.json")) for _, c in _checkpoints(d, names))
+
+
+def follow_target(found: Found, kind: str | None) -> str | None:
+    """What ``found`` should follow now (a newer checkpoint or TensorBoard file may have come)."""
+    if found.layout == "hf_output":
+        return hf_log(found.key, kind)
+    if found.layout == "tensorboard":
+        try:
+            return _newest([os.path.join(found.key, f) for f in os.listdir(found.key) if f.startswith(_TB)])
+        except OSError:
+            return None
+    return found.log
+
+
+def log_kind(path: str) -> str:
+    name = os.path.basename(path)
+    return "tensorboard" if name.startswith(_TB) else "trainer_state" if name == "trainer_state.json" else "file"
+
+
+# ---------------------------------------------------------------------- discovery
+class Discovery:
+    """Finds runs under watched directories and glob patterns (incremental, see module doc)."""
+
+    def __init__(self, watch: list[str], max_depth: int = 8, sniff=None) -> None:
+        self.watch = watch
+        self.max_depth = max_depth
+        self._dirs: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime, subdirs, files)
+        self._rejected: dict[str, tuple[int, int]] = {}  # file -> (size, mtime) when not a log
+        self._sniff = sniff or _sniff
+        self.errors: list[str] = []  # unreadable directories, once each
+
+    def scan(self) -> list[Found]:
+        import glob
+
+        found: dict[str, Found] = {}
+        for pattern in self.watch:
+            pattern = os.path.expanduser(pattern)
+            if _has_magic(pattern):
+                for path in sorted(glob.glob(pattern, recursive=True)):
+                    self._add_path(path, found)
+            else:
+                self._add_path(pattern, found)
+        return list(found.values())
+
+    def _add_path(self, path: str, found: dict[str, Found]) -> None:
+        if os.path.isdir(path):
+            self._walk(os.path.abspath(path), 0, found)
+        elif os.path.isfile(path) and not is_ours(path):
+            out = hf_output_of(path)
+            if out is not None:
+                log = hf_log(out)
+                if log:
+                    found.setdefault(out, Found(out, out, log, "hf_output"))
+            else:
+                p = os.path.abspath(path)
+                found.setdefault(p, Found(p, os.path.dirname(p), p, "file"))
+
+    def _listing(self, d: str) -> tuple[list[str], list[str]] | None:
+        try:
+            mtime = os.stat(d).st_mtime_ns
+        except OSError:
+            return None
+        hit = self._dirs.get(d)
+        if hit is not None and hit[0] == mtime:
+            return hit[1], hit[2]
+        subdirs, files = [], []
+        try:
+            with os.scandir(d) as it:
+                for e in it:
+                    try:
+                        if e.is_dir(follow_symlinks=False):
+                            subdirs.append(e.name)
+                        elif e.is_file(follow_symlinks=False):
+                            files.append(e.name)
+                    except OSError:
+                        continue
+        except OSError as exc:
+            msg = f"{d}: cannot list: {exc.strerror or exc}"
+            if msg not in self.errors:
+                self.errors.append(msg)
+            return None
+        subdirs.sort()
+        files.sort()
+        self._dirs[d] = (mtime, subdirs, files)
+        return subdirs, files
+
+    def _walk(self, d: str, depth: int, found: dict[str, Found]) -> None:
+        listing = self._listing(d)
+        if listing is None:
+            return
+        subdirs, files = listing
+        names = subdirs + files
+        if _looks_hf(d, names):
+            log = hf_log(d)
+            if log:
+                found.setdefault(d, Found(d, d, log, "hf_output"))
+            return  # checkpoints and runs/ belong to this run
+        extra = _tracker_run(d, subdirs, files)
+        if extra is not None:
+            found.setdefault(extra.key, extra)
+            return
+        tbs = [f for f in files if f.startswith(_TB)]
+        if tbs:
+            newest = _newest([os.path.join(d, f) for f in tbs])
+            if newest:
+                found.setdefault(d, Found(d, d, newest, "tensorboard"))
+        for f in files:
+            if f.startswith(_TB) or not _is_log_name(f) or is_ours(os.path.join(d, f)):
+                continue
+            path = os.path.join(d, f)
+            if self._is_log(path):
+                found.setdefault(path, Found(path, d, path, "file"))
+        if depth < self.max_depth:
+            for s in subdirs:
+                if s not in SKIP_DIRS and not s.startswith("."):
+                    self._walk(os.path.join(d, s), depth + 1, found)
+
+    def _is_log(self, path: str) -> bool:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return False
+        mark = (st.st_size, st.st_mtime_ns)
+        if self._rejected.get(path) == mark:
+            return False
+        if path.endswith("trainer_state.json") or st.st_size == 0 and path.endswith(".jsonl"):
+            return True  # recognised by name; an empty metrics file is a run about to start
+        if self._sniff(path):
+            self._rejected.pop(path, None)
+            return True
+        self._rejected[path] = mark
+        return False
+
+
+def _sniff(path: str) -> bool:
+    from . import detect_format
+
+    try:
+        detect_format(path)
+    except (LogFormatError, OSError):
+        return False
+    return True
+
+
+def _has_magic(pattern: str) -> bool:
+    return any(c in pattern for c in "*?[")
+
+
+def _tracker_run(d: str, subdirs: list[str], files: list[str]) -> Found | None:
+    """A W&B run dir (``run-*``/``offline-run-*`` holding a ``.wandb`` file) or an MLflow file
+    store run (``meta.yaml`` and ``metrics/``)."""
+    base = os.path.basename(d)
+    if base.startswith(("run-", "offline-run-")) and os.path.basename(os.path.dirname(d)) == "wandb":
+        logs = [f for f in files if f.endswith(".wandb")]
+        if logs:
+            project = os.path.dirname(os.path.dirname(d))
+            return Found(d, _declared_output_dir(d, "wandb") or project, os.path.join(d, logs[0]), "wandb")
+    if "meta.yaml" in files and "metrics" in subdirs:
+        return Found(d, _declared_output_dir(d, "mlflow") or d, d, "mlflow")
+    return None
+
+
+def _declared_output_dir(d: str, tracker: str) -> str | None:
+    """The training output dir a tracker run recorded (transformers logs its arguments: MLflow
+    ``params/output_dir``, W&B ``files/config.yaml``), if it exists on this machine."""
+    try:
+        if tracker == "mlflow":
+            text = Path(d, "params", "output_dir").read_text()[:4096].strip()
+        else:
+            text = ""
+            cfg = Path(d, "files", "config.yaml").read_text()[:1_000_000]
+            m = re.search(r"^output_dir:\s*\n\s+value:\s*(.+)$", cfg, re.M)
+            if m:
+                text = m.group(1).strip().strip("'\"")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text if text and os.path.isdir(text) else None
