@@ -8,8 +8,8 @@ from daemon_helpers import DaemonProc
 def daemon_factory(tmp_path):
     started: list[DaemonProc] = []
 
-    def make(*extra, env=None):
-        d = DaemonProc(tmp_path, *extra, env=env)
+    def make(*extra, env=None, watch=None):
+        d = DaemonProc(tmp_path, *extra, env=env, watch=watch)
         started.append(d)
         return d
 

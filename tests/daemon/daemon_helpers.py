@@ -23,15 +23,16 @@ def free_port() -> int:
 class DaemonProc:
     """``rlguard daemon`` as a real subprocess on a temp dir."""
 
-    def __init__(self, tmp: Path, *extra: str, env: dict | None = None) -> None:
+    def __init__(self, tmp: Path, *extra: str, env: dict | None = None, watch: list[str] | None = None) -> None:
         self.tmp, self.extra, self.env = tmp, extra, env or {}
+        self.watch = watch if watch is not None else [str(tmp / "runs" / "*" / "*.jsonl")]
         self.port = free_port()
         self.state = tmp / "state"
         self.log = tmp / "daemon.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "DaemonProc":
-        cmd = [sys.executable, "-m", "rlguard", "daemon", "--watch", str(self.tmp / "runs" / "*" / "*.jsonl"),
+        cmd = [sys.executable, "-m", "rlguard", "daemon", *[a for w in self.watch for a in ("--watch", w)],
                "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}", "--poll-interval", "0.3", "--eval-interval", "0",
                "-v", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "a"),

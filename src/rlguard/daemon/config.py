@@ -50,14 +50,15 @@ class SlackConfig(BaseModel):
 
 class DaemonConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    watch: list[str] = Field(default_factory=list, description="glob patterns of log files")
+    watch: list[str] = Field(default_factory=list, description="directories (searched for runs) or glob patterns")
     state_dir: str = ".rlguard-daemon"
     listen: str = "127.0.0.1:9108"
     rules: list[str] | None = None
     poll_interval: float = Field(2.0, gt=0, description="seconds between reads of the logs")
     eval_interval: float = Field(10.0, ge=0, description="seconds between rule evaluations of a run (records are "
                                                           "batched in between; 0: at every poll)")
-    discover_interval: float = Field(10.0, gt=0, description="seconds between glob scans for new files")
+    discover_interval: float = Field(0.0, ge=0, description="seconds between scans for new runs (0: at every "
+                                                             "poll; the scan costs one stat per known directory)")
     save_interval: float = Field(10.0, gt=0, description="seconds between saves of the state")
     stall_after: float = Field(1800.0, gt=0, description="seconds without a new step before a stall alert")
     outbox_retention: float = Field(14 * 86400.0, gt=0, description="seconds delivered notifications are kept")

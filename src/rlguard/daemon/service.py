@@ -1,9 +1,10 @@
 """``rlguard daemon``: tail training logs, run the watchdog on each, act on its decisions.
 
 Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
-- ``discover``: find runs under the ``--watch`` directories and patterns (trainers' layouts:
-  :mod:`rlguard.sources.layout`), start watching new ones (one run per output dir or log);
-- ``poll``: read what every file gained, feed the watchdog, notify, write stop requests;
+- ``poll``: find runs under the ``--watch`` directories and patterns (trainers' layouts:
+  :mod:`rlguard.sources.layout`; at most every ``discover_interval``, by default at every
+  poll: the scan is incremental), then read what every run's log gained, feed the watchdog,
+  notify, write stop requests;
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
 - ``save``: persist offsets, watchdog states and counters (one SQLite transaction);
 - ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable);
@@ -46,6 +47,7 @@ class Daemon:
         self._dropped: set[str] = set()  # runs not watched (max_runs), counted once each
         self.finder = Discovery(cfg.watch)
         self._errors_logged = 0
+        self._last_discover = float("-inf")
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
         self.started = clock()
         self.last_poll = 0.0
@@ -81,6 +83,9 @@ class Daemon:
     def poll(self) -> None:
         with self.lock:
             now = self.clock()
+            if now - self._last_discover >= self.cfg.discover_interval:
+                self._last_discover = now
+                self.discover()  # new runs are read in the same poll that finds them
             urgent = []
             for mon in list(self.runs.values()):
                 alerts, decisions, events = mon.poll(now, self.cfg.eval_interval)
@@ -183,15 +188,35 @@ class Daemon:
         return True
 
     # ------------------------------------------------------------------ lifecycle
+    def check_watch(self) -> None:
+        """At start: a watched directory that cannot be listed is an error (exit 2); one that
+        does not exist yet is only logged (runs may create it)."""
+        for w in self.cfg.watch:
+            path = os.path.expanduser(w)
+            if any(c in path for c in "*?["):
+                continue
+            if not os.path.exists(path):
+                log.warning("--watch %s: does not exist (yet); runs appearing there will be picked up", w)
+            elif os.path.isdir(path):
+                try:
+                    os.listdir(path)
+                except OSError as exc:
+                    raise RLGuardError(f"--watch {w}: cannot list the directory: {exc.strerror or exc}") from None
+
+
     def run_forever(self) -> int:
         from apscheduler.schedulers.background import BackgroundScheduler
 
         from ..exporter import serve
 
-        server = serve(self, *self.cfg.host_port)
+        self.check_watch()
+        try:
+            server = serve(self, *self.cfg.host_port)
+        except OSError as exc:
+            raise RLGuardError(f"cannot listen on {self.cfg.listen}: {exc.strerror or exc} (another daemon? "
+                               "choose another --listen HOST:PORT)") from None
         sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
         c = self.cfg
-        sched.add_job(self.discover, "interval", seconds=c.discover_interval, id="discover")
         sched.add_job(self.poll, "interval", seconds=c.poll_interval, id="poll")
         sched.add_job(self.stall, "interval", seconds=min(30.0, c.stall_after / 2), id="stall")
         sched.add_job(self.save, "interval", seconds=c.save_interval, id="save")
@@ -201,8 +226,7 @@ class Daemon:
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
-        self.discover()
-        self.poll()
+        self.poll()  # discovers first
         sched.start()
         log.info("rlguard daemon: %d file(s) watched; metrics on http://%s:%d/metrics",
                  len(self.runs), *self.cfg.host_port)

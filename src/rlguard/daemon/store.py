@@ -12,6 +12,8 @@ import json
 import sqlite3
 from pathlib import Path
 
+from ..errors import RLGuardError
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     path TEXT PRIMARY KEY,
@@ -25,10 +27,15 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 VERSION = "1"
 
 
+class StateDirInUse(RLGuardError):
+    """Another daemon holds the state dir."""
+
+
 class Store:
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(self.dir)
         # used from the scheduler's threads, one at a time (the daemon holds its lock around every use)
         self.db = sqlite3.connect(str(self.dir / "rlguard-daemon.sqlite3"), timeout=30, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -60,3 +67,26 @@ class Store:
 
     def close(self) -> None:
         self.db.close()
+        self._lock.close()
+
+
+def _lock(state_dir: Path):
+    """One daemon per state dir: an exclusive ``flock`` on ``daemon.lock`` holding the owner's PID
+    (released by the kernel when the process ends, ``kill -9`` included)."""
+    import fcntl
+    import os
+
+    f = open(state_dir / "daemon.lock", "a+")  # noqa: SIM115 - held for the daemon's life
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.seek(0)
+        pid = f.read(32).strip() or "unknown"
+        f.close()
+        raise StateDirInUse(f"{state_dir} is in use by another rlguard daemon (PID {pid}); give each "
+                            "daemon its own --state-dir") from None
+    f.seek(0)
+    f.truncate()
+    f.write(f"{os.getpid()}\n")
+    f.flush()
+    return f

@@ -1,0 +1,229 @@
+"""The daemon follows runs where trainers write them (issue 10): HF/TRL output dirs (checkpoint-N,
+runs/<stamp> TensorBoard), rewrites by rename that never replay, and the daemon as a service
+(state-dir lock, port in use, bad config, new runs seen within one poll)."""
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from daemon_helpers import append, constant_reward, free_port, healthy
+
+from rlguard.daemon.config import DaemonConfig
+from rlguard.daemon.service import Daemon
+from rlguard.exporter import RLGuardCollector
+from rlguard.sources.layout import Discovery
+
+
+def daemon(tmp_path, watch, **kw) -> Daemon:
+    cfg = DaemonConfig(watch=[str(w) for w in watch], state_dir=str(tmp_path / "state"), eval_interval=0, **kw)
+    return Daemon(cfg, clock=lambda: 1000.0)
+
+
+def samples(d: Daemon, name: str) -> list:
+    return [s for fam in RLGuardCollector(d).collect() for s in fam.samples if s.name == name]
+
+
+def trainer_state(path, rows):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(".trainer_state.json.tmp")
+    tmp.write_text(json.dumps({"global_step": rows[-1]["step"], "log_history": rows}))
+    os.replace(tmp, path)
+
+
+def checkpoint(out, step, rows):
+    """What transformers' _save_checkpoint leaves: weights, then trainer_state.json."""
+    ck = out / f"checkpoint-{step}"
+    ck.mkdir(parents=True, exist_ok=True)
+    (ck / "model.safetensors").write_bytes(b"\0" * 64)
+    (ck / "rng_state.pth").write_bytes(b"\0" * 16)
+    trainer_state(ck / "trainer_state.json", rows)
+
+
+def tb_run(out, rows):
+    from tensorboardX import SummaryWriter
+
+    w = SummaryWriter(log_dir=str(out / "runs" / "Nov22_10-00-00_host"))
+    for r in rows:
+        for k, v in r.items():
+            if k != "step":
+                w.add_scalar(f"train/{k}", v, r["step"])
+    settle(w)
+    return w
+
+
+def settle(w):
+    """tensorboardX writes from a thread (one flush() may return before its queue is written):
+    flush until the event file stops growing."""
+    w.flush()
+    files = glob.glob(os.path.join(w.logdir, "events.out.tfevents.*"))
+    last = -1
+    for _ in range(100):
+        size = sum(os.path.getsize(f) for f in files)
+        if size == last:
+            return
+        last = size
+        time.sleep(0.05)
+        w.flush()
+
+
+def test_trl_output_dir_is_one_run_following_the_newest_checkpoint(tmp_path):
+    out = tmp_path / "outputs" / "grpo-qwen"
+    rows = healthy(1, 10)
+    checkpoint(out, 5, rows[:5])
+    checkpoint(out, 10, rows)
+    d = daemon(tmp_path, [tmp_path / "outputs"])
+    d.poll()
+    assert list(d.runs) == [str(out)]
+    mon = d.runs[str(out)]
+    assert mon.run == "grpo-qwen" and mon.log.endswith("checkpoint-10/trainer_state.json")
+    assert mon.info.last_step == 10
+    rows += constant_reward(11, 10)
+    checkpoint(out, 15, rows[:15])
+    checkpoint(out, 20, rows)
+    d.poll()
+    assert list(d.runs) == [str(out)] and mon.log.endswith("checkpoint-20/trainer_state.json")
+    assert mon.info.last_step == 20
+    firing = [a for a in mon.watchdog.alerts if a.status == "firing"]
+    assert firing and all(a.step > 10 for a in firing)  # nothing judged twice
+    assert (out / "RLGUARD_STOP").is_file()  # where the trainer reads it
+    assert not list(out.glob("checkpoint-*/RLGUARD_STOP"))
+
+
+def test_tensorboard_under_runs_stamp_is_preferred_and_is_the_same_run(tmp_path):
+    out = tmp_path / "outputs" / "ppo"
+    rows = healthy(1, 12)
+    w = tb_run(out, rows)
+    checkpoint(out, 10, rows[:10])
+    d = daemon(tmp_path, [tmp_path / "outputs"])
+    d.poll()
+    assert list(d.runs) == [str(out)]
+    mon = d.runs[str(out)]
+    assert "/runs/Nov22_10-00-00_host/events.out.tfevents" in mon.log and mon.info.last_step == 12
+    for r in constant_reward(13, 8):
+        for k, v in r.items():
+            if k != "step":
+                w.add_scalar(f"train/{k}", v, r["step"])
+    settle(w)
+    d.poll()
+    assert mon.info.last_step == 20 and (out / "RLGUARD_STOP").is_file()
+    w.close()
+
+
+def test_glob_on_checkpoint_files_still_gives_one_run(tmp_path):
+    out = tmp_path / "logs" / "exp"
+    checkpoint(out, 5, healthy(1, 5))
+    checkpoint(out, 10, healthy(1, 10))
+    d = daemon(tmp_path, [tmp_path / "logs" / "**" / "trainer_state.json"])
+    d.poll()
+    assert list(d.runs) == [str(out)]
+
+
+def test_verl_experiments_side_by_side_are_separate_runs_and_noise_is_not(tmp_path):
+    proj = tmp_path / "verl_logs" / "gsm8k"
+    for exp in ("ppo-a", "ppo-b"):
+        append(proj / f"{exp}.jsonl", [{"step": s, "data": {"actor/kl_loss": 0.01, "critic/score/mean": 0.3}}
+                                       for s in range(1, 6)])
+    (proj / "notes.txt").write_text("lr sweep, see wiki\n")
+    (proj / "empty.log").write_text("")
+    found = Discovery([str(tmp_path / "verl_logs")]).scan()
+    assert sorted(os.path.basename(f.key) for f in found) == ["ppo-a.jsonl", "ppo-b.jsonl"]
+    assert {f.run_dir for f in found} == {str(proj)}
+
+
+def test_n_atomic_rewrites_alert_exactly_as_appends_do(tmp_path):
+    """19 rewrites by rename (write a temp file, os.replace) against the same rows appended:
+    the same alerts, none resolved or fired again because a file was re-read."""
+    rows = healthy(1, 15) + constant_reward(16, 25)
+    emitted = {}
+    for how in ("append", "rename"):
+        root = tmp_path / how
+        out = root / "r"
+        out.mkdir(parents=True)
+        d = daemon(root, [root])
+        emitted[how] = got = []
+        d._notify = got.extend  # what would go to Slack and the log
+        for n in range(3, len(rows) + 1, 2):
+            p = out / "metrics.jsonl"
+            if how == "append":
+                append(p, rows[n - 3 + (n > 3):n] if n > 3 else rows[:n])
+            else:
+                tmp = out / ".metrics.tmp"
+                tmp.write_text("".join(json.dumps(r) + "\n" for r in rows[:n]))
+                os.replace(tmp, p)
+            d.poll()
+        assert d.runs[str(out / "metrics.jsonl")].info.last_step == 39
+        total = sum(s.value for s in samples(d, "rlguard_alerts_total") if s.labels.get("run") == "r")
+        assert total == len([a for a in got if a.status == "firing"])
+    sig = {how: [(a.rule, a.status, a.step) for a in got] for how, got in emitted.items()}
+    assert sig["rename"] == sig["append"] and any(s == "firing" for _, s, _ in sig["rename"])
+
+
+def test_stop_requests_never_follow_a_symlinked_log(tmp_path):
+    real = tmp_path / "elsewhere" / "metrics.jsonl"
+    append(real, healthy(1, 5) + constant_reward(6, 8))
+    link = tmp_path / "runs" / "r" / "metrics.jsonl"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(real)
+    d = daemon(tmp_path, [tmp_path / "runs" / "*" / "*.jsonl"])
+    d.poll()
+    assert (link.parent / "RLGUARD_STOP").is_file()
+    assert not (real.parent / "RLGUARD_STOP").exists()
+
+
+# ---------------------------------------------------------------------- the daemon as a service
+def run_daemon(tmp_path, *args, timeout=20):
+    return subprocess.run([sys.executable, "-m", "rlguard", "daemon", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_second_daemon_on_one_state_dir_refuses_naming_the_first(tmp_path, daemon_factory):
+    d = daemon_factory().start()
+    r = run_daemon(tmp_path, "--watch", str(tmp_path / "runs"), "--state-dir", str(d.state),
+                   "--listen", f"127.0.0.1:{free_port()}")
+    assert r.returncode == 2
+    assert f"PID {d.proc.pid}" in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    d.stop()
+
+
+def test_port_in_use_is_one_line_and_exit_2(tmp_path, daemon_factory):
+    d = daemon_factory().start()
+    r = run_daemon(tmp_path, "--watch", str(tmp_path / "runs"), "--state-dir", str(tmp_path / "other"),
+                   "--listen", f"127.0.0.1:{d.port}")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "cannot listen" in r.stderr and str(d.port) in r.stderr
+    d.stop()
+
+
+@pytest.mark.parametrize("config", ["poll_interval: -1\n", "watch: [a\n", "nonsense_key: 1\n"])
+def test_bad_config_is_one_line_and_exit_2(tmp_path, config):
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text(config)
+    r = run_daemon(tmp_path, "--config", str(cfg), "--watch", str(tmp_path), "--state-dir", str(tmp_path / "s"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "daemon.yaml" in r.stderr
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can list any directory")
+def test_unreadable_watch_dir_is_exit_2(tmp_path):
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0)
+    r = run_daemon(tmp_path, "--watch", str(locked), "--state-dir", str(tmp_path / "s"),
+                   "--listen", f"127.0.0.1:{free_port()}")
+    assert r.returncode == 2 and "cannot list" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_new_run_is_seen_within_one_poll_interval(tmp_path, daemon_factory):
+    d = daemon_factory(watch=[str(tmp_path / "runs")]).start()  # polls every 0.3 s
+    out = tmp_path / "runs" / "late" / "nested"
+    t0 = time.time()
+    append(out / "metrics.jsonl", healthy(1, 3))
+    d.wait_for(lambda: 'rlguard_run_last_step{run="nested"} 3.0' in d.metrics(), "new run not seen")
+    seen = time.time() - t0
+    assert seen < 0.3 + 0.5, seen  # one poll interval, plus a scrape's latency
+    d.stop()
