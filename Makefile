@@ -12,7 +12,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slack,trainer,report]'
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[dev,slack,trainer,report,wandb,mlflow]'
 	touch $(STAMP)
 
 demo: setup

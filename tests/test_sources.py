@@ -422,8 +422,8 @@ def test_tsv_without_step_column_and_huge_cell(tmp_path):
 # ---------------------------------------------------------------------- detection, errors
 
 def test_readers_table():
-    assert list(READERS) == ["tensorboard", "trainer_state", "verl_jsonl", "jsonl", "verl_console",
-                             "hf_console", "csv"]
+    assert list(READERS) == ["tensorboard", "wandb", "trainer_state", "verl_jsonl", "jsonl", "verl_console",
+                             "hf_console", "csv", "mlflow"]
     assert all(cls.name == name and cls.summary for name, cls in READERS.items())
 
 
@@ -447,7 +447,8 @@ def test_detect_errors(tmp_path):
     prose = write(tmp_path, "README.md", "# Notes\n\nThis is, not a log.\nNor is this.\n")
     with pytest.raises(LogFormatError) as err:
         read_log(prose)
-    assert "known formats: tensorboard, trainer_state, verl_jsonl, jsonl, verl_console, hf_console, csv" \
+    assert "known formats: tensorboard, wandb, trainer_state, verl_jsonl, jsonl, verl_console, hf_console, csv, " \
+        "mlflow" \
         in str(err.value) and "README.md" in str(err.value)
     with pytest.raises(LogFormatError, match="UTF-16"):
         detect_format(write(tmp_path, "ps.log", "step:1 - a:0.5\n".encode("utf-16")))
@@ -461,10 +462,11 @@ def test_detect_errors(tmp_path):
 def test_unknown_format_name_lists_valid_names(tmp_path):
     path = write(tmp_path, "a.jsonl", '{"step": 1, "loss": 0.5}\n')
     with pytest.raises(LogFormatError) as err:
-        open_reader(path, "wandb")
+        open_reader(path, "parquet")
     text = str(err.value)
-    assert "unknown log format 'wandb'" in text and "format:" in text
-    assert "valid formats: tensorboard, trainer_state, verl_jsonl, jsonl, verl_console, hf_console, csv" in text
+    assert "unknown log format 'parquet'" in text and "format:" in text
+    assert ("valid formats: tensorboard, wandb, trainer_state, verl_jsonl, jsonl, verl_console, hf_console, csv, "
+            "mlflow") in text
     assert open_reader(path, "auto").name == "jsonl" and open_reader(path).name == "jsonl"
 
 

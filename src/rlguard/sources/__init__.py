@@ -1,6 +1,6 @@
 """Log readers: training logs in, :class:`LogRecord` objects out (file order, raw names).
 
-Seven formats, one module each (see their docstrings for what the files look like):
+Nine formats, one module each (see their docstrings for what the files look like):
 
 * ``trainer_state`` - transformers/TRL ``trainer_state.json`` (its ``log_history``)
 * ``verl_jsonl`` - verl file logger, ``{"step": N, "data": {...}}`` per line
@@ -9,6 +9,9 @@ Seven formats, one module each (see their docstrings for what the files look lik
 * ``hf_console`` - transformers/TRL console, ``{'loss': 0.1, ...}`` among tqdm bars
 * ``csv`` - CSV/TSV table with a header row
 * ``tensorboard`` - TensorBoard event files (scalars), read without TensorFlow
+* ``wandb`` - W&B run files (``wandb/run-*/run-<id>.wandb``), history rows (extra ``wandb``)
+* ``mlflow`` - one MLflow run: a file-store run dir, or ``mlflow+<tracking-uri>/runs/<id>``
+  on a tracking server (extra ``mlflow`` for servers)
 
 Gzip-compressed files (any name) are read transparently. Usage::
 
@@ -30,14 +33,16 @@ from .trainer_state import TrainerStateReader
 from .verl_console import VerlConsoleReader
 from .verl_jsonl import VerlJsonlReader
 from .tensorboard import TensorBoardReader
+from .wandb_run import WandbReader
+from .mlflow_run import MlflowReader, is_location as _mlflow_location, is_run_dir as _mlflow_run_dir
 
 __all__ = ["READERS", "LogRecord", "ReadStats", "Reader", "detect_format", "open_reader",
            "read_log"]
 
 #: format name -> reader class, in detection priority order (most specific first)
 READERS: dict[str, type[Reader]] = {cls.name: cls for cls in (
-    TensorBoardReader, TrainerStateReader, VerlJsonlReader, JsonlReader, VerlConsoleReader, HfConsoleReader,
-    CsvReader)}
+    TensorBoardReader, WandbReader, TrainerStateReader, VerlJsonlReader, JsonlReader, VerlConsoleReader,
+    HfConsoleReader, CsvReader, MlflowReader)}
 #: how far detection looks when the first HEAD_BYTES match nothing (long banners, configs)
 _WIDE_HEAD = 1024 * 1024
 
@@ -69,8 +74,16 @@ def detect_format(path: str | os.PathLike[str]) -> str:
     If those match nothing and the file is longer, the first MB is tried (verl and
     transformers print long banners and configs before the first metrics). Raises
     :class:`LogFormatError` naming the file for an empty, binary or unrecognised file.
+    An MLflow run (a file-store run directory, a ``mlflow+...`` location) is ``mlflow``.
     """
     path = os.fspath(path)
+    if _mlflow_location(path):
+        return MlflowReader.name
+    if os.path.isdir(path):
+        if _mlflow_run_dir(path):
+            return MlflowReader.name
+        raise LogFormatError("a directory, not a log file (rlguard check finds the log in a run "
+                             "directory itself)", path=path)
     head = read_head(path)
     if not head.strip():
         raise LogFormatError("empty file" if not head else "empty file (only blank lines)",
@@ -95,10 +108,12 @@ RUN_DIR_LOGS = ("metrics.jsonl", "trainer_state.json", "train.log", "log.txt", "
 
 
 def resolve_log(path: str | os.PathLike[str]) -> str:
-    """``path`` itself for a file; for a run directory, its log: the first of
-    :data:`RUN_DIR_LOGS` found, else the ``trainer_state.json`` of its newest
-    ``checkpoint-N`` folder, else its newest TensorBoard event file. Raises LogFormatError
-    saying what was looked for."""
+    """``path`` itself for a file or an MLflow server location; for a run directory, its log:
+    the first of :data:`RUN_DIR_LOGS` found, else the ``trainer_state.json`` of its newest
+    ``checkpoint-N`` folder, else its newest TensorBoard event file, else (a W&B run
+    directory, or a ``wandb/`` folder: its ``latest-run``) the run's ``.wandb`` file, else
+    the directory itself if it is an MLflow file-store run. Raises LogFormatError saying
+    what was looked for."""
     path = os.fspath(path)
     if not os.path.isdir(path):
         return path
@@ -118,8 +133,29 @@ def resolve_log(path: str | os.PathLike[str]) -> str:
     events = sorted(e for e in os.listdir(path) if e.startswith("events.out.tfevents."))
     if events:
         return os.path.join(path, events[-1])  # the newest: names start with a timestamp
+    wandb = _wandb_file(path)
+    if wandb:
+        return wandb
+    if _mlflow_run_dir(path):
+        return path
     raise LogFormatError("a directory with no training log: looked for " + ", ".join(RUN_DIR_LOGS)
-                         + ", checkpoint-*/trainer_state.json and events.out.tfevents.*", path=path)
+                         + ", checkpoint-*/trainer_state.json, events.out.tfevents.*, a W&B run "
+                         "(run-*.wandb, latest-run/) and an MLflow run (meta.yaml + metrics/)", path=path)
+
+
+def _wandb_file(path: str) -> str | None:
+    """The ``.wandb`` file of W&B run directory ``path`` (``run-<stamp>-<id>/``,
+    ``offline-run-*/``), or of the ``latest-run`` of a ``wandb/`` folder."""
+    for folder in (path, os.path.join(path, "latest-run")):
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".wandb"))
+        except OSError:
+            continue
+        if names:  # one per run; a resumed run appends to the same file
+            # latest-run is a link W&B moves to each new run: name the run itself
+            real = os.path.realpath(folder) if os.path.islink(folder) else folder
+            return os.path.join(real, names[-1])
+    return None
 
 
 def open_reader(path: str | os.PathLike[str], fmt: str | None = None) -> Reader:
