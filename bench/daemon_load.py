@@ -5,11 +5,16 @@
    resident memory, and, as a baseline run in the same command, the CPU a bare tailer needs for
    the same files (stat + read + json.loads of every new line, nothing else): the ratio says
    what the watchdog, rules and exporter cost on top of merely reading.
+   ``--layout trl`` (run by default after ``jsonl``) puts each run in the layout TRL writes: an
+   output dir whose ``checkpoint-N/trainer_state.json`` is saved every ``--save-every`` steps
+   (default 5; write temp + rename, the two newest checkpoints kept); the daemon watches the
+   root only. Its baseline tailer lists each output dir, stats the newest checkpoint's
+   ``trainer_state.json`` and re-parses it when it changed.
 2. A burst: one file receives ``--burst`` lines (default 100,000) at once. Reported: lines per
    second until ``/metrics`` shows the last step, against ``rlguard check`` replaying the same
    file in the same command.
 
-    python bench/daemon_load.py [--runs 1000] [--seconds 30] [--burst 100000]
+    python bench/daemon_load.py [--runs 1000] [--seconds 30] [--burst 100000] [--layout jsonl|trl|both]
 """
 from __future__ import annotations
 
@@ -68,21 +73,58 @@ def start_daemon(tmp: Path, pattern: str) -> tuple[subprocess.Popen, int]:
     raise RuntimeError((tmp / "daemon.log").read_text())
 
 
-def many_runs(tmp: Path, runs: int, seconds: int) -> None:
+class JsonlRun:
+    """The bundled trainer's layout: one metrics.jsonl, a line per step."""
+
+    def __init__(self, root: Path, i: int) -> None:
+        self.log = root / f"run{i:04d}" / "metrics.jsonl"
+        self.log.parent.mkdir(parents=True)
+
+    def write(self, step: int, rng: random.Random) -> None:
+        with open(self.log, "a") as fh:
+            fh.write(row(step, rng))
+
+
+class TrlRun:
+    """TRL's layout: trainer_state.json inside checkpoint-N/, saved every ``save_every`` steps."""
+
+    def __init__(self, root: Path, i: int, save_every: int) -> None:
+        self.out = root / f"run{i:04d}"
+        self.out.mkdir(parents=True)
+        self.history: list[dict] = []
+        self.save_every = save_every
+
+    def write(self, step: int, rng: random.Random) -> None:
+        self.history.append(json.loads(row(step, rng)))
+        if step % self.save_every:
+            return
+        ck = self.out / f"checkpoint-{step}"
+        ck.mkdir()
+        tmp = ck / ".trainer_state.json.tmp"
+        tmp.write_text(json.dumps({"global_step": step, "log_history": self.history}))
+        os.replace(tmp, ck / "trainer_state.json")
+        old = ck.with_name(f"checkpoint-{step - 2 * self.save_every}")
+        if old.is_dir():  # save_total_limit=2
+            (old / "trainer_state.json").unlink()
+            old.rmdir()
+
+
+def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int) -> None:
     rng = random.Random(0)
-    files = [tmp / "runs" / f"run{i:04d}" / "metrics.jsonl" for i in range(runs)]
-    for f in files:
-        f.parent.mkdir(parents=True)
-        f.write_text("".join(row(s, rng) for s in range(1, 11)))
-    proc, port = start_daemon(tmp, str(tmp / "runs" / "*" / "metrics.jsonl"))
-    time.sleep(12)  # discovery of every file and the first full read
+    root = tmp / "runs"
+    make = (lambda i: TrlRun(root, i, save_every)) if layout == "trl" else (lambda i: JsonlRun(root, i))
+    writers = [make(i) for i in range(runs)]
+    for w in writers:
+        for s in range(1, 11):
+            w.write(s, rng)
+    proc, port = start_daemon(tmp, str(root))
+    time.sleep(12)  # discovery of every run and the first full read
     c0, t0 = cpu_seconds(proc.pid), time.time()
     step = 11
     while time.time() - t0 < seconds:
         tick = time.time()
-        for f in files:
-            with open(f, "a") as fh:
-                fh.write(row(step, rng))
+        for w in writers:
+            w.write(step, rng)
         step += 1
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
     cpu = cpu_seconds(proc.pid) - c0
@@ -92,34 +134,46 @@ def many_runs(tmp: Path, runs: int, seconds: int) -> None:
     proc.terminate()
     proc.wait(timeout=60)
     seen = metrics.count("rlguard_run_last_step{")
-    base = bare_tailer_cpu(files, seconds)
-    print(f"{runs} runs x 1 step/s x 12 metrics for {wall:.0f} s: daemon CPU {100 * cpu / wall:.1f}% of one core, "
-          f"RSS {rss:.0f} MB, runs exported {seen}")
-    print(f"  baseline (bare tailer: stat+read+json.loads, same files, same rate): {100 * base:.1f}% of one core; "
+    base = bare_tailer_cpu(writers, seconds, step, rng)
+    print(f"[{layout}] {runs} runs x 1 step/s x 12 metrics for {wall:.0f} s"
+          f"{f' (checkpoint every {save_every} steps)' if layout == 'trl' else ''}: daemon CPU "
+          f"{100 * cpu / wall:.1f}% of one core, RSS {rss:.0f} MB, runs exported {seen}")
+    print(f"  baseline (bare tailer, same files, same rate): {100 * base:.1f}% of one core; "
           f"ratio daemon/baseline {cpu / wall / base:.1f}x")
 
 
-def bare_tailer_cpu(files: list[Path], seconds: int) -> float:
-    """CPU share of reading the same files at the same rate with nothing but json.loads."""
-    offsets = {f: f.stat().st_size for f in files}
-    rng = random.Random(1)
+def bare_tailer_cpu(writers: list, seconds: int, step: int, rng: random.Random) -> float:
+    """CPU share of following the same runs at the same rate with nothing but json.loads."""
+    seen: dict = {}
     c0, t0 = time.process_time(), time.time()
-    step, spent = 10_000, 0.0
+    spent = 0.0
     while time.time() - t0 < seconds:
         tick = time.time()
-        for f in files:  # the writer's work is not timed
-            with open(f, "a") as fh:
-                fh.write(row(step, rng))
+        for w in writers:  # the writer's work is not timed
+            w.write(step, rng)
         step += 1
         w0 = time.process_time()
-        for f in files:
-            size = os.stat(f).st_size
-            if size > offsets[f]:
-                with open(f, "rb") as fh:
-                    fh.seek(offsets[f])
-                    for line in fh.read().splitlines():
-                        json.loads(line)
-                offsets[f] = size
+        for w in writers:
+            if isinstance(w, JsonlRun):
+                size = os.stat(w.log).st_size
+                if size > seen.get(w.log, 0):
+                    with open(w.log, "rb") as fh:
+                        fh.seek(seen.get(w.log, 0))
+                        for line in fh.read().splitlines():
+                            json.loads(line)
+                    seen[w.log] = size
+            else:
+                cks = [n for n in os.listdir(w.out) if n.startswith("checkpoint-")]
+                if not cks:
+                    continue
+                path = w.out / max(cks, key=lambda n: int(n.split("-")[1])) / "trainer_state.json"
+                try:
+                    st = os.stat(path)
+                except FileNotFoundError:
+                    continue
+                if seen.get(w.out) != (path, st.st_mtime_ns):
+                    json.loads(path.read_bytes())
+                    seen[w.out] = (path, st.st_mtime_ns)
         spent += time.process_time() - w0
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
     return spent / (time.time() - t0)
@@ -155,9 +209,12 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--seconds", type=int, default=30)
     ap.add_argument("--burst", type=int, default=100_000)
+    ap.add_argument("--layout", choices=["jsonl", "trl", "both"], default="both")
+    ap.add_argument("--save-every", type=int, default=5, help="trl layout: steps between checkpoints")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        many_runs(Path(tmp), args.runs, args.seconds)
+    for layout in (["jsonl", "trl"] if args.layout == "both" else [args.layout]):
+        with tempfile.TemporaryDirectory() as tmp:
+            many_runs(Path(tmp), args.runs, args.seconds, layout, args.save_every)
     with tempfile.TemporaryDirectory() as tmp:
         burst(Path(tmp), args.burst)
     return 0

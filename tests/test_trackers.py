@@ -514,3 +514,55 @@ def test_mlflow_sqlite_store_location(tmp_path):
     with pytest.raises(LogFormatError, match="no MLflow SQLite store"):
         read_log(f"mlflow+sqlite:///{tmp_path}/missing.db/runs/{run_id}")
     assert not (tmp_path / "missing.db").exists()
+
+
+# ---------------------------------------------------------------------- the daemon follows them
+def _daemon(tmp: Path, watch: list[str]):
+    from rlguard.daemon.config import DaemonConfig
+    from rlguard.daemon.service import Daemon
+
+    cfg = DaemonConfig(watch=watch, state_dir=str(tmp / "state"), eval_interval=0)
+    d = Daemon(cfg, clock=lambda: 1000.0)
+    d.finder.server_interval = 0  # ask the server at every poll in the test
+    return d
+
+
+def _firing(d) -> set[tuple[str, int]]:
+    return {(a.rule, a.step) for m in d.runs.values() for a in m.watchdog.alerts if a.status == "firing"}
+
+
+def test_daemon_follows_an_active_mlflow_server_run_without_replay(mlflow_server, tmp_path, capsys):
+    """`--watch mlflow+http://...`: the active run is found, read as it grows (whole re-reads
+    that deliver only new steps), and gives the alerts `rlguard check` gives on the JSONL."""
+    import mlflow
+
+    logged = rows()
+    half = next(i for i, r in enumerate(logged) if r["train/global_step"] == 45)
+    run_id = log_mlflow_run(mlflow_server, logged[:half], end=False)
+    try:
+        d = _daemon(tmp_path, [f"mlflow+{mlflow_server}"])
+        d.poll()
+        (mon,) = [m for m in d.runs.values() if run_id in m.path]
+        assert mon.info.last_step == 44
+        for r in logged[half:]:
+            mlflow.log_metrics({k: v for k, v in r.items() if k != "train/global_step"}, step=r["train/global_step"])
+        d.poll()
+        assert mon.info.last_step == 80
+        d.poll()  # nothing new: nothing again
+    finally:
+        mlflow.end_run()
+    expected = alerts(write_jsonl(tmp_path / "same.jsonl", rows()), capsys)
+    fired = [(a.rule, a.step) for a in mon.watchdog.alerts if a.status == "firing"]
+    assert len(fired) == len(set(fired))  # no alert fired twice by a re-read
+    assert {r for r, _ in expected} & EXPECTED <= {r for r, _ in fired}
+    assert not (tmp_path / "RLGUARD_STOP").exists()  # no directory here: nothing written anywhere
+
+
+def test_daemon_follows_a_wandb_run_dir_under_a_root(wandb_run, tmp_path, capsys):
+    run_dir, _ = wandb_run
+    d = _daemon(tmp_path, [str(run_dir.parent.parent)])  # the directory that holds wandb/
+    d.poll()
+    (mon,) = d.runs.values()
+    assert mon.found.layout == "wandb" and mon.log.endswith(".wandb")
+    expected = alerts(write_jsonl(tmp_path / "same.jsonl", rows()), capsys)
+    assert EXPECTED <= {r for r, _ in _firing(d)} and {r for r, _ in expected} >= EXPECTED

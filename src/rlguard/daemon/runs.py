@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -15,6 +16,8 @@ from ..sources.layout import Found, follow_target, log_kind, run_name
 from .tail import FileTail
 
 STALL_RULE = "RLG-STALL"
+NO_DIR = "no run directory on this machine to write a stop request into"
+log = logging.getLogger("rlguard.daemon")
 
 
 @dataclass
@@ -169,7 +172,17 @@ class RunMonitor:
         body = {"reason": decision.reason, "kind": decision.kind, "step": decision.step,
                 "rule": a.rule if a else "", "checkpoint_step": a.checkpoint_step if a else None,
                 "source": "rlguard daemon"}
-        if not write_stop_request(self.run_dir, body):
+        if not self.found.run_dir:  # a tracking server's run with no directory on this machine
+            if self.info.last_error != NO_DIR:
+                self.info.last_error = NO_DIR
+                log.warning("[%s] %s: %s", self.run, NO_DIR, decision.reason)
+            return False
+        try:
+            if not write_stop_request(self.run_dir, body):
+                return False
+        except OSError as exc:
+            log.error("[%s] could not write the stop request into %s: %s", self.run, self.run_dir,
+                      exc.strerror or exc)
             return False
         self.info.stopped = decision.reason
         return True

@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass, field, fields
 from ..errors import LogFormatError
 from ..sources import detect_format, open_reader
 from ..sources.base import LogRecord, Reader
+from ..sources.layout import is_location
 
 MAX_BYTES = 64 * 1024 * 1024
 ANCHOR = 512  # bytes hashed at the start of the file and just before the offset
@@ -55,6 +56,7 @@ class TailState:
     head: str | None = None  # hash of the first min(offset, ANCHOR) bytes
     anchor: str | None = None  # hash of the min(offset, ANCHOR) bytes before the offset
     missing: bool = False
+    more: bool = False  # the last read stopped at max_bytes: more is waiting
     reread: bool = False  # reading from the top again: deliver only what was not judged
     # the stream (what was judged): survives re-reads and moves to another file
     first: str | None = None  # fingerprint of the stream's first record
@@ -124,6 +126,8 @@ class FileTail:
     def poll(self) -> Poll:
         out = Poll()
         st = self.state
+        if is_location(st.path):  # not a file (a tracking server's run): its reader tells changes
+            return self._poll_location(out)
         try:
             info = os.stat(st.path)
         except FileNotFoundError:
@@ -143,8 +147,7 @@ class FileTail:
             if reader.follow == "whole":
                 self._poll_whole(reader, info, out)
             else:
-                self._check_append(info, out)
-                self._poll_append(reader, out)
+                self._poll_append(reader, info, out)
         except LogFormatError as exc:
             out.error = str(exc)
         except OSError as exc:
@@ -156,47 +159,44 @@ class FileTail:
             self._reader = open_reader(self.state.path, fmt)
         return self._reader
 
-    def _check_append(self, info: os.stat_result, out: Poll) -> None:
-        """Decide whether the bytes already read are still there; if not, read from the top."""
+    def _poll_append(self, reader: Reader, info: os.stat_result, out: Poll) -> None:
+        """Read what the file gained; first make sure the bytes already read are still there.
+
+        One open per poll that has something to read, none when size, mtime and inode are as
+        they were (a run that logs nothing costs one ``stat``). The read starts ``ANCHOR``
+        bytes before the offset, so the bytes just before the offset are checked in the same
+        read; after a rename (new inode) the first bytes are checked too."""
         st = self.state
+        same = (info.st_ino == st.inode and info.st_size == st.size and info.st_mtime_ns == st.mtime
+                and not st.missing)
+        if same and not st.more:
+            return
         if st.missing:
             out.events.append("restored")
             self._restart(info.st_ino)
-        elif st.inode is not None and info.st_ino != st.inode:
-            if self._anchors_hold():  # replaced by a copy that only grew (write temp + rename)
-                out.events.append("replaced by a longer copy; continuing")
-            else:
-                out.events.append("rotated")
-                self._restart(info.st_ino)
         elif info.st_size < st.offset:
             out.events.append("truncated")
             self._restart(info.st_ino)
-        elif st.offset and (info.st_size != st.size or info.st_mtime_ns != st.mtime) and not self._anchors_hold():
-            out.events.append("rewritten in place")
-            self._restart(info.st_ino)
-        st = self.state
-        st.inode, st.size, st.mtime, st.missing = info.st_ino, info.st_size, info.st_mtime_ns, False
-
-    def _anchors_hold(self) -> bool:
-        st = self.state
-        if not st.offset:
-            return True
-        n = min(st.offset, ANCHOR)
-        try:
-            with open(st.path, "rb") as f:
-                head = f.read(n)
-                f.seek(st.offset - n)
-                tail = f.read(n)
-        except OSError:
-            return False
-        return _hash(head) == st.head and _hash(tail) == st.anchor
-
-    def _poll_append(self, reader: Reader, out: Poll) -> None:
         st = self.state
         with open(st.path, "rb") as f:
-            f.seek(st.offset)
-            data = f.read(self.max_bytes)
-            size = f.seek(0, os.SEEK_END)
+            k = min(st.offset, ANCHOR)
+            if k and st.inode is not None and info.st_ino != st.inode and _hash(f.read(k)) != st.head:
+                out.events.append("rotated")
+                self._restart(info.st_ino)
+                st, k = self.state, 0
+            f.seek(st.offset - k)
+            data = f.read(k + self.max_bytes)
+            if k and _hash(data[:k]) != st.anchor:
+                out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
+                self._restart(info.st_ino)
+                st, k = self.state, 0
+                f.seek(0)
+                data = f.read(self.max_bytes)
+            elif k and info.st_ino != st.inode:
+                out.events.append("replaced by a longer copy; continuing")
+        st.inode, st.size, st.mtime, st.missing = info.st_ino, info.st_size, info.st_mtime_ns, False
+        prev, data = data[:k], data[k:]
+        st.more = len(data) >= self.max_bytes
         if not data:
             return
         got = reader.read_appended(data, st.path, st.line + 1, st.context)
@@ -207,18 +207,26 @@ class FileTail:
                 out.bad += 1
             else:
                 return
+        seen = prev + data[: got.consumed]  # starts at 0 when the offset was below ANCHOR
         new_offset = st.offset + got.consumed
-        with open(st.path, "rb") as f:  # anchors of what is consumed now
-            n = min(new_offset, ANCHOR)
-            st.head = _hash(f.read(n))
-            f.seek(new_offset - n)
-            st.anchor = _hash(f.read(n))
+        if st.offset < ANCHOR:
+            st.head = _hash(seen[:ANCHOR])
+        st.anchor = _hash(seen[-ANCHOR:])
         st.offset, st.line, st.context = new_offset, st.line + got.units, got.context
         out.bytes = got.consumed
         out.bad += got.bad
-        out.records = self._deliver(got.records, out, done=new_offset >= size)
+        out.records = self._deliver(got.records, out, done=not st.more and new_offset >= info.st_size)
 
-    def _poll_whole(self, reader: Reader, info: os.stat_result, out: Poll) -> None:
+    def _poll_location(self, out: Poll) -> Poll:
+        try:
+            if self.state.fmt is None:
+                self.state.fmt = detect_format(self.state.path)
+            self._poll_whole(self._reader_for(self.state.fmt), None, out)
+        except LogFormatError as exc:
+            out.error = str(exc)
+        return out
+
+    def _poll_whole(self, reader: Reader, info: os.stat_result | None, out: Poll) -> None:
         st = self.state
         sig = reader.signature(st.path)
         sig = list(sig) if sig is not None else None
@@ -229,8 +237,10 @@ class FileTail:
             st.missing = False
         fresh = open_reader(st.path, st.fmt)  # a fresh reader: its stats are this read's
         records = list(fresh.records(st.path))
-        st.sig, st.size, st.mtime, st.inode = sig, info.st_size, info.st_mtime_ns, info.st_ino
-        out.bytes = info.st_size
+        if info is not None:
+            st.size, st.mtime, st.inode = info.st_size, info.st_mtime_ns, info.st_ino
+        st.sig = sig
+        out.bytes = st.size
         out.bad += fresh.stats.bad_lines + fresh.stats.bad_values
         # a whole read always starts at the top: the stream decides what is new
         st.reread = st.count > 0

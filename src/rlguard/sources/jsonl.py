@@ -90,12 +90,17 @@ class JsonlReader(Reader):
             return False
         if len(lines) > 1 and not head.endswith("\n"):
             lines.pop()  # the head cut the last line
-        parsed = 0
+        parsed = events = 0
         for text in lines:
             try:
-                parsed += isinstance(json.loads(text), dict)
+                obj = json.loads(text)
             except ValueError:
-                pass
+                continue
+            if isinstance(obj, dict):
+                parsed += 1
+                events += _is_app_event(obj)
+        if parsed and 2 * events > parsed:  # an application's structured log, not metrics
+            return False
         if parsed == 0 and len(lines) == 1:  # one line longer than the head
             return lines[0].startswith('{"')
         return parsed > 0 and 2 * parsed >= len(lines)
@@ -195,3 +200,15 @@ def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:
         else:
             json_metric(key, value, metrics, stats, line, NULL_NAN)
     return metrics
+
+
+#: keys of a structured application log line (Go slog, structlog, logrus, Python's json
+#: loggers): such files are event logs, not metrics
+_EVENT_KEYS = ({"level", "lvl", "severity", "levelname"}, {"msg", "message", "event"})
+
+
+def _is_app_event(obj: dict) -> bool:
+    """A line with a log level and a message and no step key is an event, not a metrics row."""
+    if any(k in obj for k in ("step", "_step", "global_step", "train/global_step")):
+        return False
+    return all(not names.isdisjoint(obj) for names in _EVENT_KEYS)

@@ -178,6 +178,10 @@ class Discovery:
         self.max_depth = max_depth
         self._dirs: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime, subdirs, files)
         self._rejected: dict[str, tuple[int, int]] = {}  # file -> (size, mtime) when not a log
+        self._accepted: set[str] = set()  # files recognised as logs (never sniffed again)
+        self._hf: dict[str, Found] = {}  # HF output dirs found
+        self._servers: dict[str, tuple[float, list]] = {}  # tracking server -> (asked at, runs)
+        self.server_interval = 10.0
         self._sniff = sniff or _sniff
         self.errors: list[str] = []  # unreadable directories, once each
 
@@ -186,6 +190,9 @@ class Discovery:
 
         found: dict[str, Found] = {}
         for pattern in self.watch:
+            if is_location(pattern):
+                self._add_server(pattern, found)
+                continue
             pattern = os.path.expanduser(pattern)
             if _has_magic(pattern):
                 for path in sorted(glob.glob(pattern, recursive=True)):
@@ -193,6 +200,30 @@ class Discovery:
             else:
                 self._add_path(pattern, found)
         return list(found.values())
+
+    def _add_server(self, uri: str, found: dict[str, Found]) -> None:
+        """Active runs on an MLflow tracking server (``--watch mlflow+http://host:5000``), asked
+        at most every ``server_interval`` seconds; a run already found stays found."""
+        import time
+
+        now = time.monotonic()
+        last, runs = self._servers.get(uri, (float("-inf"), []))
+        if now - last >= self.server_interval:
+            from .mlflow_run import server_runs
+
+            target = uri[len("mlflow+"):] if uri.startswith("mlflow+") else uri
+            try:
+                fresh = server_runs(target, active_only=True)
+            except (LogFormatError, OSError) as exc:
+                msg = f"{uri}: {exc}"
+                if msg not in self.errors:
+                    self.errors.append(msg)
+                fresh = []
+            known = {loc for _, loc in runs}
+            runs = runs + [(n, loc) for n, loc in fresh if loc not in known]
+            self._servers[uri] = (now, runs)
+        for _name, loc in runs:
+            found.setdefault(loc, Found(loc, "", loc, "mlflow"))
 
     def _add_path(self, path: str, found: dict[str, Found]) -> None:
         if os.path.isdir(path):
@@ -241,11 +272,13 @@ class Discovery:
         if listing is None:
             return
         subdirs, files = listing
-        names = subdirs + files
-        if _looks_hf(d, names):
+        hf = self._hf.get(d)
+        if hf is None and _looks_hf(d, subdirs + files):
             log = hf_log(d)
             if log:
-                found.setdefault(d, Found(d, d, log, "hf_output"))
+                hf = self._hf[d] = Found(d, d, log, "hf_output")  # once an output dir, always one
+        if hf is not None:
+            found.setdefault(d, hf)
             return  # checkpoints and runs/ belong to this run
         extra = _tracker_run(d, subdirs, files)
         if extra is not None:
@@ -268,6 +301,8 @@ class Discovery:
                     self._walk(os.path.join(d, s), depth + 1, found)
 
     def _is_log(self, path: str) -> bool:
+        if path in self._accepted:
+            return True
         try:
             st = os.stat(path)
         except OSError:
@@ -279,6 +314,7 @@ class Discovery:
             return True  # recognised by name; an empty metrics file is a run about to start
         if self._sniff(path):
             self._rejected.pop(path, None)
+            self._accepted.add(path)
             return True
         self._rejected[path] = mark
         return False
@@ -292,6 +328,11 @@ def _sniff(path: str) -> bool:
     except (LogFormatError, OSError):
         return False
     return True
+
+
+def is_location(path: str) -> bool:
+    """A run that is not a file: ``mlflow+<tracking-uri>/runs/<id>`` (or another URI)."""
+    return "://" in str(path)
 
 
 def _has_magic(pattern: str) -> bool:
