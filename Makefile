@@ -47,7 +47,7 @@ bench: setup ops-tools
 	$(PY) bench/alert_path.py
 
 corpus: setup
-	$(PY) tests/corpus/generate.py tests/corpus/data
+	$(PY) tests/corpus/generate.py tests/corpus/data --hard tests/corpus/hard
 
 # Optional: a few GRPO steps on a real small model (SmolLM2-135M-Instruct, ~8 s per step on CPU).
 smoke-smollm2: setup

@@ -63,8 +63,10 @@ def _add_check(sub) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="input formats (auto-detected):\n" + "\n".join(
                            f"  {n:14s} {r.summary}" for n, r in READERS.items()))
-    c.add_argument("path", help="log file (trainer_state.json, console log, JSONL, CSV; .gz ok) or a run "
-                                "directory (its metrics.jsonl, trainer_state.json, or newest checkpoint-N/)")
+    c.add_argument("path", help="log file (trainer_state.json, console log, JSONL, CSV, TensorBoard, .wandb; "
+                                ".gz ok), a run directory (its metrics.jsonl, trainer_state.json, newest "
+                                "checkpoint-N/, a W&B run dir, an MLflow run dir) or an MLflow server run "
+                                "(mlflow+http://host:5000/runs/RUN_ID)")
     c.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
                    help="rule pack file or folder (repeatable; default: the shipped default pack)")
     c.add_argument("--input-format", choices=sorted(READERS), help="override format detection")
@@ -79,12 +81,15 @@ def _add_check(sub) -> None:
 
 def _add_daemon(sub) -> None:
     d = sub.add_parser("daemon", help="tail training logs, alert (Prometheus, Slack) and stop runs",
-                       description="Tail every log file matching --watch (one run per file), run the "
-                                   "watchdog on each, export Prometheus metrics on --listen, notify Slack, "
+                       description="Follow every run under the --watch directories (trainers' layouts: "
+                                   "TRL/HF output dirs, the bundled trainer, verl, TensorBoard, W&B, MLflow) "
+                                   "or matching --watch globs, run the watchdog on each, export Prometheus metrics on --listen, notify Slack, "
                                    "and write a stop request (RLGUARD_STOP) into a run's directory when a "
                                    "rule decides to stop it. SIGTERM/SIGINT: save and exit 0; SIGHUP: "
                                    "reload rules.")
-    d.add_argument("--watch", action="append", default=[], metavar="GLOB", help="log files to follow (repeatable)")
+    d.add_argument("--watch", action="append", default=[], metavar="DIR|GLOB|mlflow+URI",
+                   help="a directory searched for runs, a glob of log files, or an MLflow tracking server "
+                        "(mlflow+http://host:5000); repeatable")
     d.add_argument("--state-dir", help="durable state (SQLite): offsets, watchdog states, outbox")
     d.add_argument("--listen", help="HOST:PORT for /metrics and /healthz (default 127.0.0.1:9108)")
     d.add_argument("--rules", action="append", metavar="PATH", help="rule packs (default: the shipped pack)")
@@ -170,7 +175,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     if args.slack_webhook_url_file:
         cfg.slack.webhook_url_file = args.slack_webhook_url_file
     if not cfg.watch:
-        raise InputError("nothing to watch: give --watch GLOB (or 'watch:' in --config)")
+        raise InputError("nothing to watch: give --watch DIR (or a glob, or 'watch:' in --config)")
     if not (args.state_dir or args.config):
         raise InputError("--state-dir is required (where offsets and alerts sent are kept)")
     from .daemon.wiring import build_dispatcher
