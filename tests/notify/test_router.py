@@ -156,3 +156,33 @@ def test_keys_come_from_alert_content_not_wall_time_so_a_replay_is_dropped(tmp_p
     box = Outbox(tmp_path / "o.db")
     assert box.enqueue(m1.key, "slack", m1.to_dict()) is True
     assert box.enqueue(m2.key, "slack", m2.to_dict()) is False
+
+
+def test_a_stop_that_resolves_before_it_is_told_is_still_announced():
+    """Issue 14: a NaN that decided a stop and was back to normal in the same evaluation chunk
+    was never sent. A stop is always announced: firing first, resolved after."""
+    from notify_helpers import make_alert
+
+    r = Router(group_wait=30, group_interval=60, send_resolved=True)
+    stop = make_alert(action="stop", step=70)
+    assert r.route([stop, make_alert(action="stop", step=71, status="resolved")], now=0) == []
+    (msg,) = r.route([], now=30)
+    assert msg.status == "firing" and [(a.step, a.status) for a in msg.alerts] == [(70, "firing")]
+    (later,) = r.route([], now=90)
+    assert [(a.step, a.status) for a in later.alerts] == [(71, "resolved")]
+    assert r.route([], now=10_000) == []  # and then nothing more (no reminder of a resolved alert)
+    # a plain alert that flaps inside the wait still sends nothing, as before
+    r2 = Router(group_wait=30)
+    assert r2.route([make_alert(), make_alert(step=11, status="resolved")], now=0) == []
+    assert r2.route([], now=30) == []
+
+
+def test_late_stop_survives_the_router_state():
+    from notify_helpers import make_alert
+
+    r = Router(group_wait=30)
+    r.route([make_alert(action="stop"), make_alert(action="stop", step=11, status="resolved")], now=0)
+    r2 = Router(group_wait=30)
+    r2.load_state_dict(r.state_dict())
+    (msg,) = r2.route([], now=30)
+    assert msg.alerts[0].status == "firing"

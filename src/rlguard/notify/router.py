@@ -58,20 +58,23 @@ class _Group:
     changed_at: float | None = None  # first change not yet told
     last_sent: float | None = None
     repeats: int = 0
+    #: stop alerts that resolved before they were told: told as firing first, then resolved
+    late: dict[str, Alert] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {"firing": {k: a.to_dict() for k, a in self.firing.items()},
                 "notified": sorted(self.notified),
                 "cleared": {k: a.to_dict() for k, a in self.cleared.items()},
                 "changed_at": self.changed_at, "last_sent": self.last_sent,
-                "repeats": self.repeats}
+                "repeats": self.repeats, "late": {k: a.to_dict() for k, a in self.late.items()}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "_Group":
         return cls(firing={k: Alert.from_dict(a) for k, a in d["firing"].items()},
                    notified=set(d["notified"]),
                    cleared={k: Alert.from_dict(a) for k, a in d["cleared"].items()},
-                   changed_at=d["changed_at"], last_sent=d["last_sent"], repeats=d["repeats"])
+                   changed_at=d["changed_at"], last_sent=d["last_sent"], repeats=d["repeats"],
+                   late={k: Alert.from_dict(a) for k, a in d.get("late", {}).items()})
 
 
 class Router:
@@ -119,8 +122,13 @@ class Router:
             group.firing[ident] = replace(alert, labels=dict(alert.labels))
             group.cleared.pop(ident, None)
         else:
-            if group.firing.pop(ident, None) is None:
+            fired = group.firing.get(ident)
+            if fired is None:
                 return  # never seen firing (or a replay): nothing to clear
+            if ident not in group.notified and fired.action == "stop":
+                group.late[ident] = replace(alert, labels=dict(alert.labels))  # announce the stop first
+                return
+            del group.firing[ident]
             if ident in group.notified:
                 group.cleared[ident] = replace(alert, labels=dict(alert.labels))
         if group.changed_at is None and self._dirty(group):
@@ -156,6 +164,11 @@ class Router:
         alerts = firing + cleared
         group.notified = set(group.firing)
         group.cleared, group.changed_at, group.last_sent = {}, None, now
+        for ident, resolved in group.late.items():  # announced now: their resolution comes next
+            group.firing.pop(ident, None)
+            group.cleared[ident] = resolved
+            group.changed_at = now
+        group.late = {}
         return Message(key=message_key(run, alerts, group.repeats), group_key=run,
                        status="firing" if firing else "resolved", alerts=alerts,
                        repeat=group.repeats)
