@@ -180,9 +180,11 @@ def cmd_daemon(args: argparse.Namespace) -> int:
         raise InputError("--state-dir is required (where offsets and alerts sent are kept)")
     from .daemon.wiring import build_dispatcher
 
+    import sqlite3
+
     try:
         daemon = Daemon(cfg, dispatcher=build_dispatcher(cfg))
-    except OSError as exc:
+    except (OSError, sqlite3.Error) as exc:
         raise InputError(f"cannot start: {exc}") from None
     return daemon.run_forever()
 

@@ -96,12 +96,20 @@ class RLGuardCollector:
 
 
 def _health(daemon) -> str:
-    """ok; starting (no poll yet); stuck (no poll for 5 poll intervals, at least 60 s: a hung
-    loop, so a liveness probe restarts the process)."""
-    if daemon.last_poll <= 0:
-        return "starting"
+    """ok; starting (the first pass over the runs is not done: alive, 200); degraded: what is
+    wrong (state not writable, alerts not queued, notifications failing: what the log says);
+    stuck (no progress for 5 poll intervals, at least 60 s: a hung loop, so a liveness probe
+    restarts the process)."""
+    problems = getattr(daemon, "problems", None)
+    if problems:
+        return "degraded: " + "; ".join(problems.values())
     interval = getattr(getattr(daemon, "cfg", None), "poll_interval", 2.0)
-    return "ok" if daemon.clock() - daemon.last_poll < max(60.0, 5 * interval) else "stuck"
+    last = max(daemon.last_poll, getattr(daemon, "last_progress", 0.0))
+    if last <= 0:
+        return "starting"
+    if daemon.clock() - last >= max(60.0, 5 * interval):
+        return "stuck"
+    return "ok" if getattr(daemon, "first_pass_done", daemon.last_poll > 0) else "starting"
 
 
 def serve(daemon, host: str = "127.0.0.1", port: int = 9108) -> ThreadingHTTPServer:
@@ -110,13 +118,16 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108) -> ThreadingHTTPSer
     registry.register(RLGuardCollector(daemon))
 
     class Handler(BaseHTTPRequestHandler):
+        timeout = 30  # an idle or half-open connection frees its thread after 30 s
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path.split("?")[0] == "/metrics":
                 body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
             elif self.path.split("?")[0] == "/healthz":
                 status = _health(daemon)
-                body = json.dumps({"status": status, "runs": len(daemon.runs), "last_poll": daemon.last_poll}).encode()
-                ctype, code = "application/json", 200 if status == "ok" else 503
+                word, _, detail = status.partition(": ")
+                body = json.dumps({"status": word, "problems": detail.split("; ") if detail else [],
+                                   "runs": len(daemon.runs), "last_poll": daemon.last_poll}).encode()
+                ctype, code = "application/json", 200 if word in ("ok", "starting") else 503
             else:
                 body, ctype, code = b"not found: try /metrics or /healthz\n", "text/plain", 404
             self.send_response(code)

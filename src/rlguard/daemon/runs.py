@@ -196,7 +196,8 @@ class RunMonitor:
 def run_name_for(path: str, taken: set[str]) -> str:
     """The run's name (see :func:`~rlguard.sources.layout.run_name`); a path hash is appended
     when two runs would share a name."""
-    name = run_name(path)
+    # a directory name that is not valid UTF-8 still gives a printable name (labels, Slack)
+    name = os.fsencode(run_name(path)).decode("utf-8", "replace")
     if name in taken:
-        name = f"{name}-{hashlib.sha1(os.path.abspath(path).encode()).hexdigest()[:6]}"
+        name = f"{name}-{hashlib.sha1(os.fsencode(os.path.abspath(path))).hexdigest()[:6]}"
     return name

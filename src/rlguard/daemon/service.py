@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import subprocess
 import threading
 import time
@@ -48,6 +49,10 @@ class Daemon:
         self.finder = Discovery(cfg.watch)
         self._errors_logged = 0
         self._last_discover = float("-inf")
+        self.last_progress = clock()
+        self.first_pass_done = False
+        self.problems: dict[str, str] = {}  # what is wrong now, for /healthz
+        self._unqueued: list[Alert] = []
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
         self.started = clock()
         self.last_poll = 0.0
@@ -81,14 +86,23 @@ class Daemon:
         log.info("watching %s as run %r (%s, following %s)", found.key, name, found.layout, found.log)
 
     def poll(self) -> None:
+        """Discover, then read every run. The lock is taken run by run, so a scrape of
+        ``/metrics`` never waits for a whole pass over thousands of runs; a run whose reading
+        fails (a bug, or input no reader foresaw) is logged once and skipped, never the others."""
+        now = self.clock()
         with self.lock:
-            now = self.clock()
             if now - self._last_discover >= self.cfg.discover_interval:
                 self._last_discover = now
                 self.discover()  # new runs are read in the same poll that finds them
-            urgent = []
-            for mon in list(self.runs.values()):
-                alerts, decisions, events = mon.poll(now, self.cfg.eval_interval)
+            monitors = list(self.runs.values())
+        urgent = []
+        for mon in monitors:
+            with self.lock:
+                try:
+                    alerts, decisions, events = mon.poll(now, self.cfg.eval_interval)
+                except Exception as exc:  # noqa: BLE001 - one run must never blind the others
+                    self._run_failed(mon, exc)
+                    continue
                 for ev in events:
                     log.info("%s: %s", mon.path, ev)
                 for d in decisions:
@@ -97,11 +111,27 @@ class Daemon:
                 self._notify(alerts)
                 if alerts:
                     urgent.append(mon)
+                self.last_progress = self.clock()
+        with self.lock:
             # a run that alerted is saved at once, so a crash right after does not replay it;
             # the others wait for the periodic save (a replay is harmless: notifications are
             # keyed and stop requests idempotent)
-            self.store.save([m.saved() for m in urgent])
+            self._save_rows([m.saved() for m in urgent])
             self.last_poll = now
+            self.first_pass_done = True
+
+    def _run_failed(self, mon: RunMonitor, exc: Exception) -> None:
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+        msg = f"internal error (a bug, please report it) reading {mon.log}: {type(exc).__name__}: {exc}{at}"
+        mon.info.parse_errors += 1
+        mon.changed = True
+        if mon.info.last_error != msg:  # once per distinct failure, not every poll
+            mon.info.last_error = msg
+            log.error("[%s] %s; its records read in this poll are skipped, the run stays watched", mon.run, msg)
+        mon.pending = []
 
     def stall(self) -> None:
         with self.lock:
@@ -112,18 +142,56 @@ class Daemon:
     def save(self) -> None:
         with self.lock:
             rows = [m.saved() for m in self.runs.values() if m.changed]
-            self.store.save(rows)
+            if not self._save_rows(rows):
+                return  # not written: the runs stay "changed" and are saved at the next try
             for m in self.runs.values():
                 m.changed = False
             if self.dispatcher is not None and hasattr(self.dispatcher, "save_state"):
-                self.dispatcher.save_state()
+                try:
+                    self.dispatcher.save_state()
+                except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watch
+                    self._problem("notifications", f"notification state not writable: {exc}")
+
+    def _save_rows(self, rows) -> bool:
+        try:
+            bad = self.store.save(rows)
+        except (OSError, RuntimeError, sqlite3.Error) as exc:
+            self._problem("state", f"state not writable in {self.cfg.state_dir}: {exc}")
+            return False
+        for key, why in bad:
+            log.error("state of %r not saved: %s", key, why)
+        self._problem("state", None)
+        return True
+
+    def _problem(self, what: str, msg: str | None) -> None:
+        """What /healthz reports (and the log says, once per change)."""
+        if self.problems.get(what) == msg:
+            return
+        if msg is None:
+            log.warning("%s: recovered", what)
+            self.problems.pop(what, None)
+        else:
+            log.error("%s", msg)
+            self.problems[what] = msg
 
     def notify(self) -> None:
-        if self.dispatcher is not None:
-            try:
-                self.dispatcher.flush(self.clock())
-            except Exception:  # noqa: BLE001 - the watcher must keep watching
-                log.exception("notification delivery failed; will retry")
+        if self.dispatcher is None:
+            return
+        with self.lock:
+            waiting, self._unqueued = self._unqueued, []
+        if waiting:
+            self._submit(waiting)
+        try:
+            counts = self.dispatcher.flush(self.clock())
+        except Exception as exc:  # noqa: BLE001 - the watcher must keep watching
+            log.exception("notification delivery failed; will retry")
+            self._problem("delivery", f"notifications failing: {exc}")
+            return
+        if getattr(counts, "sent", 0):
+            self._problem("delivery", None)
+        elif getattr(counts, "retried", 0) or getattr(counts, "dead", 0):
+            self._problem("delivery", "notifications failing: the last delivery attempts did not go through "
+                                      "(retrying with backoff)")
 
     def housekeeping(self) -> None:
         """Forget long-delivered notifications, so the outbox does not grow for ever."""
@@ -138,8 +206,19 @@ class Daemon:
             log.warning("[%s] %s %s %s (%s) step %s: %s", a.run, a.status, a.severity, a.kind, a.rule, a.step,
                         a.message)
         if alerts and self.dispatcher is not None:
+            self._submit(list(alerts))
+
+    def _submit(self, alerts: list[Alert]) -> None:
+        """Queue alerts for Slack; when they cannot be queued (a full disk), keep them in memory
+        and try again at the next notify job, and say so on /healthz."""
+        try:
             self.dispatcher.submit(alerts)
-            self.alerts_sent += len(alerts)
+        except Exception as exc:  # noqa: BLE001
+            self._unqueued.extend(alerts)
+            self._problem("queue", f"{len(self._unqueued)} alert(s) could not be queued for notification: {exc}")
+            return
+        self.alerts_sent += len(alerts)
+        self._problem("queue", None)
 
     def _stop(self, mon: RunMonitor, decision) -> None:
         if not mon.request_stop(decision):
@@ -149,7 +228,7 @@ class Daemon:
         if stop.signal:
             self._signal(mon, stop)
         if stop.command:
-            env = dict(os.environ, RLGUARD_RUN=mon.run, RLGUARD_RUN_DIR=str(mon.run_dir),
+            env = dict(_clean_env(), RLGUARD_RUN=mon.run, RLGUARD_RUN_DIR=str(mon.run_dir),
                        RLGUARD_KIND=decision.kind, RLGUARD_STEP=str(decision.step),
                        RLGUARD_REASON=decision.reason[:2000])
             try:  # fixed argv, no shell: log content never reaches a command line
@@ -232,9 +311,21 @@ class Daemon:
                  len(self.runs), *self.cfg.host_port)
         done.wait()
         log.info("stopping: saving state")
-        sched.shutdown(wait=True)
-        self.save()
-        self.notify()
-        server.shutdown()
-        self.store.close()
+        sched.shutdown(wait=False)
+        if self.lock.acquire(timeout=10):  # a job still running (a stuck read) must not hold the exit
+            self.lock.release()
+            self.save()
+            self.notify()
+            server.shutdown()
+            self.store.close()
+        else:
+            log.error("a job did not finish within 10 s; exiting with the state of the last save")
+            logging.shutdown()
+            os._exit(0)  # the stuck job's thread would keep the interpreter from exiting
         return 0
+
+
+def _clean_env() -> dict[str, str]:
+    """The daemon's environment without its secrets, for ``stop.command``."""
+    secret = ("RLGUARD_SLACK", "SLACK_")
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith(secret)}

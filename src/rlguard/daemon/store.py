@@ -9,6 +9,7 @@ second message or a lost one.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -36,6 +37,13 @@ class Store:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.dir)
+        try:
+            self._open()
+        except sqlite3.Error as exc:
+            self._lock.close()
+            raise RLGuardError(f"{self.dir}: cannot open the state database: {exc}") from None
+
+    def _open(self) -> None:
         # used from the scheduler's threads, one at a time (the daemon holds its lock around every use)
         self.db = sqlite3.connect(str(self.dir / "rlguard-daemon.sqlite3"), timeout=30, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
@@ -46,28 +54,45 @@ class Store:
             self.db.execute("INSERT INTO meta VALUES ('version', ?)", (VERSION,))
             self.db.commit()
         elif row[0] != VERSION:
-            raise RuntimeError(f"{self.dir}: state version {row[0]} is not {VERSION}; use a new --state-dir")
+            raise RLGuardError(f"{self.dir}: state version {row[0]} is not {VERSION}; use a new --state-dir")
 
     def load(self) -> dict[str, dict]:
         out = {}
         for path, run, tail, wd, info in self.db.execute("SELECT path, run, tail, watchdog, info FROM runs"):
-            out[path] = {"run": run, "tail": json.loads(tail), "watchdog": json.loads(wd), "info": json.loads(info)}
+            key = os.fsdecode(path) if isinstance(path, bytes) else path
+            out[key] = {"run": run, "tail": json.loads(tail), "watchdog": json.loads(wd), "info": json.loads(info)}
         return out
 
-    def save(self, rows: list[tuple[str, str, dict, dict, dict]]) -> None:
-        """Save (path, run, tail, watchdog, info) rows in one transaction."""
+    def save(self, rows: list[tuple[str, str, dict, dict, dict]]) -> list[tuple[str, str]]:
+        """Save (key, run, tail, watchdog, info) rows in one transaction. A row that cannot be
+        stored is left out (returned with the reason), never the others. Keys that are not valid
+        UTF-8 (a directory name in another encoding) are stored as their bytes."""
         if not rows:
-            return
+            return []
+        good, bad = [], []
+        for k, r, t, w, i in rows:
+            try:
+                good.append((_key(k), r.encode("utf-8", "replace").decode(), json.dumps(t),
+                             json.dumps(w, allow_nan=True), json.dumps(i, allow_nan=True)))
+            except (TypeError, ValueError) as exc:
+                bad.append((k, f"{type(exc).__name__}: {exc}"))
         with self.db:
             self.db.executemany(
                 "INSERT INTO runs VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-                "run=excluded.run, tail=excluded.tail, watchdog=excluded.watchdog, info=excluded.info",
-                [(p, r, json.dumps(t), json.dumps(w, allow_nan=True), json.dumps(i, allow_nan=True))
-                 for p, r, t, w, i in rows])
+                "run=excluded.run, tail=excluded.tail, watchdog=excluded.watchdog, info=excluded.info", good)
+        return bad
 
     def close(self) -> None:
         self.db.close()
         self._lock.close()
+
+
+def _key(key: str) -> str | bytes:
+    try:
+        key.encode("utf-8")
+        return key
+    except UnicodeEncodeError:
+        return os.fsencode(key)
 
 
 def _lock(state_dir: Path):

@@ -39,6 +39,7 @@ from ..sources.base import LogRecord, Reader
 from ..sources.layout import is_location
 
 MAX_BYTES = 64 * 1024 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
 ANCHOR = 512  # bytes hashed at the start of the file and just before the offset
 
 
@@ -57,6 +58,7 @@ class TailState:
     anchor: str | None = None  # hash of the min(offset, ANCHOR) bytes before the offset
     missing: bool = False
     more: bool = False  # the last read stopped at max_bytes: more is waiting
+    compressed: bool | None = None  # gzip: followed by whole re-reads
     reread: bool = False  # reading from the top again: deliver only what was not judged
     # the stream (what was judged): survives re-reads and moves to another file
     first: str | None = None  # fingerprint of the stream's first record
@@ -144,7 +146,10 @@ class FileTail:
                     return out
                 st.fmt = detect_format(st.path)
             reader = self._reader_for(st.fmt)
-            if reader.follow == "whole":
+            if st.compressed is None:
+                with open(st.path, "rb") as f:
+                    st.compressed = f.read(2) == GZIP_MAGIC
+            if reader.follow == "whole" or st.compressed:  # a .gz is rewritten, never appended
                 self._poll_whole(reader, info, out)
             else:
                 self._poll_append(reader, info, out)
@@ -171,23 +176,31 @@ class FileTail:
                 and not st.missing)
         if same and not st.more:
             return
+        drained: list[LogRecord] = []
         if st.missing:
             out.events.append("restored")
             self._restart(info.st_ino)
         elif info.st_size < st.offset:
-            out.events.append("truncated")
+            if st.inode is not None and info.st_ino != st.inode:
+                out.events.append("rotated")
+                drained = self._drain_rotated(reader, out)
+            else:
+                out.events.append("truncated")
             self._restart(info.st_ino)
         st = self.state
         with open(st.path, "rb") as f:
             k = min(st.offset, ANCHOR)
             if k and st.inode is not None and info.st_ino != st.inode and _hash(f.read(k)) != st.head:
                 out.events.append("rotated")
+                drained = self._drain_rotated(reader, out)
                 self._restart(info.st_ino)
                 st, k = self.state, 0
             f.seek(st.offset - k)
             data = f.read(k + self.max_bytes)
             if k and _hash(data[:k]) != st.anchor:
                 out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
+                if info.st_ino != st.inode:
+                    drained = self._drain_rotated(reader, out)
                 self._restart(info.st_ino)
                 st, k = self.state, 0
                 f.seek(0)
@@ -198,6 +211,7 @@ class FileTail:
         prev, data = data[:k], data[k:]
         st.more = len(data) >= self.max_bytes
         if not data:
+            out.records = drained
             return
         got = reader.read_appended(data, st.path, st.line + 1, st.context)
         if got.consumed == 0:
@@ -215,7 +229,38 @@ class FileTail:
         st.offset, st.line, st.context = new_offset, st.line + got.units, got.context
         out.bytes = got.consumed
         out.bad += got.bad
-        out.records = self._deliver(got.records, out, done=not st.more and new_offset >= info.st_size)
+        out.records = drained + self._deliver(got.records, out, done=not st.more and new_offset >= info.st_size)
+
+    def _drain_rotated(self, reader: Reader, out: Poll) -> list[LogRecord]:
+        """Lines appended to a log just before it was renamed away (logrotate's ``mv log
+        log.1``) are read from the renamed file, found by its inode in the same directory."""
+        st = self.state
+        folder = os.path.dirname(st.path) or "."
+        try:
+            with os.scandir(folder) as it:
+                old = next((e.path for e in it if e.is_file(follow_symlinks=False)
+                            and e.inode() == st.inode and e.path != st.path), None)
+        except OSError:
+            return []
+        if old is None:
+            return []
+        try:
+            with open(old, "rb") as f:
+                k = min(st.offset, ANCHOR)
+                f.seek(st.offset - k)
+                data = f.read(k + self.max_bytes)
+        except OSError:
+            return []
+        if k and _hash(data[:k]) != st.anchor:
+            return []
+        got = reader.read_appended(data[k:], old, st.line + 1, st.context)
+        if not got.records:
+            return []
+        out.events.append(f"read {len(got.records)} record(s) appended to {os.path.basename(old)} before "
+                          "it was renamed")
+        out.bad += got.bad
+        st.context = got.context
+        return self._deliver(got.records, out, done=True)
 
     def _poll_location(self, out: Poll) -> Poll:
         try:

@@ -1,0 +1,181 @@
+"""A bad day in production (issue 14, daemon items): rotation races, .gz logs, directory names
+that are not UTF-8, a full state disk, a secret that must not leak into stop commands, and one
+failing run that must not blind the others."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from daemon_helpers import append, healthy
+
+from rlguard.daemon.config import DaemonConfig, StopConfig
+from rlguard.daemon.service import Daemon
+from rlguard.exporter import RLGuardCollector, _health
+
+
+def daemon(tmp_path, watch, state=None, **kw) -> Daemon:
+    cfg = DaemonConfig(watch=[str(w) for w in watch], state_dir=str(state or tmp_path / "state"), eval_interval=0,
+                       **kw)
+    return Daemon(cfg, clock=lambda: 1000.0)
+
+
+def test_lines_appended_right_before_a_rename_are_not_lost(tmp_path):
+    """logrotate's `mv log log.1` then a new log: the 20 lines (with a NaN) written to the old
+    file after the last poll are read from log.1, found by its inode."""
+    log = tmp_path / "runs" / "r" / "metrics.jsonl"
+    append(log, healthy(1, 20))
+    d = daemon(tmp_path, [tmp_path / "runs"])
+    d.poll()
+    mon = d.runs[str(log)]
+    tail_rows = healthy(21, 20)
+    tail_rows[10]["loss"] = math.nan  # step 31
+    with open(log, "a") as f:
+        for r in tail_rows:
+            f.write(json.dumps(r) + "\n")
+    os.rename(log, log.with_name("metrics.jsonl.1"))
+    append(log, healthy(41, 5))
+    d.poll()
+    assert mon.info.last_step == 45
+    fired = {(a.rule, a.step) for a in mon.watchdog.alerts if a.status == "firing"}
+    assert ("RLG-NONFINITE-LOSS", 31) in fired
+
+
+def test_gzip_log_is_read_and_followed_without_replay(tmp_path):
+    log = tmp_path / "runs" / "r" / "train.jsonl.gz"
+    log.parent.mkdir(parents=True)
+
+    def write(rows):
+        tmp = log.with_name(".tmp.gz")
+        with gzip.open(tmp, "wt") as f:
+            f.writelines(json.dumps(r) + "\n" for r in rows)
+        os.replace(tmp, log)
+
+    write(healthy(1, 10))
+    d = daemon(tmp_path, [tmp_path / "runs"])
+    d.poll()
+    mon = d.runs[str(log)]
+    assert mon.info.last_step == 10
+    write(healthy(1, 15))  # the compressed log rewritten with 5 more steps
+    d.poll()
+    assert mon.info.last_step == 15 and mon.watchdog.summaries == 0
+
+
+def test_run_dir_whose_name_is_not_utf8(tmp_path):
+    root = tmp_path / "runs"
+    bad = os.path.join(os.fsencode(root), b"run-\xff\xfe")
+    os.makedirs(bad)
+    log = os.path.join(bad, b"metrics.jsonl")
+    with open(log, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in healthy(1, 8))
+    good = root / "fine" / "metrics.jsonl"
+    append(good, healthy(1, 8))
+    d = daemon(tmp_path, [root])
+    d.poll()
+    assert len(d.runs) == 2
+    names = {m.run for m in d.runs.values()}
+    assert "fine" in names and all(n.encode("utf-8") for n in names)  # printable
+    d.save()  # one transaction for both: the odd name must not fail it
+    assert d.problems == {}
+    text = b"".join(__import__("prometheus_client").generate_latest(_registry(d)).splitlines(keepends=True))
+    assert b'run="fine"' in text
+    d.store.close()
+    d2 = daemon(tmp_path, [root])
+    assert {os.fsencode(k) for k in d2.saved} == {log, os.fsencode(str(good))}  # both states came back
+
+
+def _registry(d):
+    from prometheus_client import CollectorRegistry
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(RLGuardCollector(d))
+    return reg
+
+
+def test_stop_command_never_gets_the_slack_secret(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLGUARD_SLACK_WEBHOOK_URL", "https://hooks.slack.com/services/T0/B0/SECRET")
+    monkeypatch.setenv("SLACK_BOT_TOKEN", "xoxb-SECRET")
+    out = tmp_path / "env.json"
+    script = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))"
+    log = tmp_path / "runs" / "r" / "metrics.jsonl"
+    append(log, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(1, 8)])
+    d = daemon(tmp_path, [tmp_path / "runs"], stop=StopConfig(command=[sys.executable, "-c", script, str(out)]))
+    d.poll()
+    env = json.loads(out.read_text())
+    assert env["RLGUARD_KIND"] == "reward_variance_collapse"
+    assert not [k for k, v in env.items() if "SECRET" in v]
+
+
+def test_one_failing_run_does_not_blind_the_others(tmp_path, caplog):
+    """A stand-in bug (an exception injected into one run's reading) is contained: the other
+    run is judged, the failing one is logged once, counted, and read again next poll."""
+    a, b = tmp_path / "runs" / "a" / "metrics.jsonl", tmp_path / "runs" / "b" / "metrics.jsonl"
+    append(a, healthy(1, 5))
+    append(b, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(1, 8)])
+    d = daemon(tmp_path, [tmp_path / "runs"])
+    d.discover()
+    broken = d.runs[str(a)]
+
+    def bug(*_a, **_k):
+        raise OverflowError("stand-in for a reader bug")
+
+    broken.poll = bug
+    d.poll()
+    d.poll()
+    assert d.runs[str(b)].info.stopped  # the other run was judged and stopped
+    assert broken.info.parse_errors == 2 and "stand-in" in broken.info.last_error
+    assert caplog.text.count("stand-in for a reader bug") == 1  # logged once, not every poll
+    del broken.poll  # the bug goes away: the run is read again
+    append(a, healthy(6, 3))
+    d.poll()
+    assert broken.info.last_step == 8
+
+
+def _tmpfs(path, size="400k") -> bool:
+    path.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    return r.returncode == 0
+
+
+def test_full_state_disk_is_on_healthz_and_alerts_wait_in_memory(tmp_path):
+    pytest.importorskip("slack_sdk")
+    state = tmp_path / "state"
+    if os.geteuid() != 0 or not _tmpfs(state):
+        pytest.skip("needs a small real filesystem: mounting a tmpfs needs root")
+    try:
+        from rlguard.daemon.wiring import build_dispatcher
+
+        cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(state), eval_interval=0)
+        cfg.slack.webhook_url_file = str(tmp_path / "hook")
+        (tmp_path / "hook").write_text("http://127.0.0.1:9/services/T/B/x\n")
+        d = Daemon(cfg, dispatcher=build_dispatcher(cfg), clock=lambda: 1000.0)
+        log = tmp_path / "runs" / "r" / "metrics.jsonl"
+        append(log, healthy(1, 5))
+        d.poll()
+        d.save()
+        assert _health(d) == "ok"
+        filler = state / "filler"
+        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+        try:  # fill the disk
+            while True:
+                os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        append(log, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(6, 14)])
+        d.poll()
+        d.save()
+        health = _health(d)
+        assert health.startswith("degraded") and ("not writable" in health or "could not be queued" in health)
+        kept = len(d._unqueued)
+        filler.unlink()  # space again
+        d.notify()
+        d.save()
+        assert _health(d) == "ok" and d._unqueued == [] and (kept == 0 or d.alerts_sent >= kept)
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
