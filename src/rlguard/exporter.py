@@ -60,7 +60,8 @@ class RLGuardCollector:
             last_poll, reloads = d.last_poll, d.reloads
         yield from (value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped)
         yield GaugeMetricFamily("rlguard_runs_watched", "Runs (log files) being watched", value=runs)
-        yield CounterMetricFamily("rlguard_runs_dropped", "Log files not watched: over max_runs", value=dropped_runs)
+        yield CounterMetricFamily("rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)",
+                                  value=dropped_runs)
         yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=last_poll)
         yield CounterMetricFamily("rlguard_rule_reloads", "Successful rule reloads (SIGHUP)", value=reloads)
         stats = d.dispatcher.stats() if d.dispatcher is not None and hasattr(d.dispatcher, "stats") else None
@@ -112,13 +113,13 @@ def _health(daemon) -> str:
     return "ok" if getattr(daemon, "first_pass_done", daemon.last_poll > 0) else "starting"
 
 
-def serve(daemon, host: str = "127.0.0.1", port: int = 9108) -> ThreadingHTTPServer:
+def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float = 30.0) -> ThreadingHTTPServer:
     """Serve ``/metrics`` and ``/healthz`` in a background thread; ``.shutdown()`` stops it."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RLGuardCollector(daemon))
 
     class Handler(BaseHTTPRequestHandler):
-        timeout = 30  # an idle or half-open connection frees its thread after 30 s
+        timeout = idle_timeout  # an idle or half-open connection frees its thread
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path.split("?")[0] == "/metrics":
                 body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
@@ -139,7 +140,10 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108) -> ThreadingHTTPSer
         def log_message(self, *args):  # quiet: scrapes every few seconds
             pass
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    class Server(ThreadingHTTPServer):
+        request_queue_size = 128  # the stdlib's 5 makes a burst of connections wait on SYN retries
+        daemon_threads = True
+
+    server = Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="rlguard-exporter", daemon=True).start()
     return server

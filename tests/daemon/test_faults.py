@@ -179,3 +179,52 @@ def test_full_state_disk_is_on_healthz_and_alerts_wait_in_memory(tmp_path):
         assert _health(d) == "ok" and d._unqueued == [] and (kept == 0 or d.alerts_sent >= kept)
     finally:
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def test_runs_over_max_runs_are_counted_once(tmp_path):
+    for i in range(4):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 3))
+    d = daemon(tmp_path, [tmp_path / "runs"], max_runs=2)
+    for _ in range(3):
+        d.poll()
+    assert len(d.runs) == 2 and d.dropped_runs == 2
+
+
+def test_idle_connections_are_closed_and_do_not_block_scrapes(tmp_path, daemon_factory):
+    import socket
+    import time
+
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text("http_idle_timeout: 1\n")
+    d = daemon_factory("--config", str(cfg)).start()
+    idle = []
+    for _ in range(200):  # half-open: connected, nothing sent
+        s = socket.create_connection(("127.0.0.1", d.port))
+        idle.append(s)
+    assert d.healthz() == 200  # still answering
+    time.sleep(2.5)
+    closed = 0
+    for s in idle:
+        s.settimeout(0.5)
+        try:
+            closed += s.recv(1) == b""  # the server hung up
+        except OSError:
+            pass  # still open: not counted
+        s.close()
+    assert closed == len(idle)
+    d.stop()
+
+
+def test_read_only_state_dir_is_one_line_and_exit_2(tmp_path):
+    state = tmp_path / "ro"
+    if os.geteuid() != 0 or not _tmpfs(state):
+        pytest.skip("needs a read-only filesystem: mounting a tmpfs needs root")
+    try:
+        subprocess.run(["mount", "-o", "remount,ro", str(state)], check=True)
+        r = subprocess.run([sys.executable, "-m", "rlguard", "daemon", "--watch", str(tmp_path / "runs"),
+                            "--state-dir", str(state), "--listen", "127.0.0.1:0"],
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and "Traceback" not in r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and str(state) in r.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)

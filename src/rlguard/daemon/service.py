@@ -290,7 +290,7 @@ class Daemon:
 
         self.check_watch()
         try:
-            server = serve(self, *self.cfg.host_port)
+            server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout)
         except OSError as exc:
             raise RLGuardError(f"cannot listen on {self.cfg.listen}: {exc.strerror or exc} (another daemon? "
                                "choose another --listen HOST:PORT)") from None
