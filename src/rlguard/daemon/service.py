@@ -160,7 +160,8 @@ class Daemon:
             return False
         for key, why in bad:
             log.error("state of %r not saved: %s", key, why)
-        self._problem("state", None)
+        if rows:  # only a real write proves the state is writable again
+            self._problem("state", None)
         return True
 
     def _problem(self, what: str, msg: str | None) -> None:
@@ -183,6 +184,9 @@ class Daemon:
             self._submit(waiting)
         try:
             counts = self.dispatcher.flush(self.clock())
+        except (OSError, sqlite3.Error) as exc:  # a full or read-only disk: say it, no traceback
+            self._problem("delivery", f"notifications failing: {exc}")
+            return
         except Exception as exc:  # noqa: BLE001 - the watcher must keep watching
             log.exception("notification delivery failed; will retry")
             self._problem("delivery", f"notifications failing: {exc}")

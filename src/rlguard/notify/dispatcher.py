@@ -89,7 +89,21 @@ class Dispatcher:
         """Route ``alerts`` and queue the resulting messages. Returns how many were new."""
         now = self.clock() if now is None else now
         with self._lock:
-            return self._commit(self.router.route(list(alerts), now), now)
+            return self._route_and_commit(list(alerts), now)
+
+    def _route_and_commit(self, alerts: list[Alert], now: float) -> int:
+        """Route and queue as one step: when the queue cannot be written (a full disk), the
+        router forgets what it just took in, so the same alerts submitted again are not
+        mistaken for ones already told."""
+        before = self.router.state_dict()
+        try:
+            messages = self.router.route(alerts, now)
+            if not messages and not alerts:
+                return 0  # a clock tick with nothing due: nothing to write
+            return self._commit(messages, now)
+        except Exception:
+            self.router.load_state_dict(before)
+            raise
 
     def stats(self) -> dict[str, int]:
         """Outbox counts by state (pending, sent, dead), for the exporter."""
@@ -121,8 +135,7 @@ class Dispatcher:
         """Emit what the router has due (group waits, reminders), then deliver due items."""
         now = self.clock() if now is None else now
         with self._lock:
-            messages = self.router.route([], now)
-            counts = FlushCounts(queued=self._commit(messages, now) if messages else 0)
+            counts = FlushCounts(queued=self._route_and_commit([], now))
         with self._delivering:
             for item in self.outbox.due(now, channel=self.notifier.name, limit=self.batch):
                 if not self._deliver(item, now, counts):
