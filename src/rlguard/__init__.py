@@ -2,6 +2,7 @@
 from .alerts import Action, Alert, Decision, Kind, Severity
 from .errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
 from .rulespec import Rule, RulePack, load_pack, load_packs
+from .verdict import RunRecords, Verdict, decision_record, stop_record
 from .watchdog import Watchdog
 
 __version__ = "0.1.0"
@@ -18,4 +19,5 @@ def __getattr__(name: str):
         return RLGuardCallback
     raise AttributeError(f"module 'rlguard' has no attribute {name!r}")
 __all__ = ["RLGuardCallback", "Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
-           "load_packs", "RLGuardError", "InputError", "LogFormatError", "RuleError", "StateError"]
+           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "RLGuardError", "InputError",
+           "LogFormatError", "RuleError", "StateError"]

@@ -117,6 +117,8 @@ class Decision:
     reason: str
     alert: Alert | None = None
     kind: str = "new_best"
+    metric: str = ""  # a new best: the evaluation metric and its value
+    value: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"action": self.action.value, "step": self.step,

@@ -13,24 +13,27 @@ requested from outside: a file ``RLGUARD_STOP`` (JSON ``{"reason": ...}``) in th
 directory, the file rlguard's daemon writes. The watchdog state is saved into each checkpoint
 folder and restored on resume, so a resumed run does not alert again.
 
-The run directory gets ``rlguard/decisions.jsonl`` (every alert, in the ``rlguard check
---format json`` shape) and, on a stop, ``rlguard/stop.json``.
+The run directory gets ``rlguard/decisions.jsonl`` and, on a stop, ``rlguard/stop.json``, in
+the shapes of :mod:`rlguard.verdict` (the same for the bundled trainer, the daemon and
+``rlguard check``); a stop also says why on the console, through the transformers logger.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Callable, Iterable
 
 from transformers import TrainerCallback
+from transformers.utils import logging as hf_logging
 
 from .alerts import Alert
 from .rulespec import RulePack, load_packs
 from .stopfile import STOP_FILE, consume_stop_request
+from .verdict import RunRecords, Verdict
 from .watchdog import Watchdog
 
 STATE_FILE = "rlguard_state.json"
+logger = hf_logging.get_logger("rlguard")
 
 
 class RLGuardCallback(TrainerCallback):
@@ -60,6 +63,7 @@ class RLGuardCallback(TrainerCallback):
         self._out = Path(args.output_dir)
         name = self.run or getattr(args, "run_name", None) or self._out.name
         self.watchdog = Watchdog(packs=self.packs, run=str(name), baselines=self.baselines)
+        self.records = RunRecords(self._out, str(name))
         ckpt = self._out / f"checkpoint-{state.global_step}" / STATE_FILE
         if state.global_step > 0 and ckpt.is_file():  # resuming: no second alert for old faults
             self.watchdog.load(ckpt)
@@ -73,7 +77,7 @@ class RLGuardCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         requested = self._external_stop_requested(state)  # rank 0 looks; every rank agrees below
-        return self._apply(args, state, control, checkpoint=requested, stop=requested)
+        return self._apply(args, state, control, requested)
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero and self.watchdog is not None:
@@ -90,51 +94,49 @@ class RLGuardCallback(TrainerCallback):
         if not metrics or key == self._last:  # evaluate() logs the same dict twice
             return control
         self._last = key
-        checkpoint = stop = False
+        verdict = Verdict()
         if state.is_world_process_zero and self.watchdog is not None:
-            for d in self.watchdog.observe(state.global_step, metrics):
+            decisions = self.watchdog.observe(state.global_step, metrics)
+            self.records.decisions(decisions)
+            for d in decisions:
                 if d.alert is not None:
-                    self._record(d.alert)
-                checkpoint |= d.action.value in ("checkpoint", "stop")
-                if d.action.value == "stop" and self.stop_reason is None:
-                    stop, self.stop_reason = True, d.reason
-                    self._write_stop(state.global_step, d.alert)
-        return self._apply(args, state, control, checkpoint, stop)
+                    for notify in self.notifiers:
+                        notify(d.alert)
+            verdict = Verdict.of(decisions)
+            if verdict.stop:
+                if self.stop_reason is None:
+                    self.stop_reason = verdict.reason
+                    self._stopping(args, state.global_step, verdict, "rlguard watchdog")
+                else:
+                    verdict = Verdict("checkpoint", verdict.step)  # already stopping: say it once
+        return self._apply(args, state, control, verdict)
 
-    def _apply(self, args, state, control, checkpoint: bool, stop: bool):
-        checkpoint, stop = _agree(args, checkpoint, stop)
+    def _apply(self, args, state, control, verdict: Verdict):
+        checkpoint, stop = _agree(args, *verdict.flags())
         if checkpoint or stop:
             control.should_save = True
         if stop:
             control.should_training_stop = True
         return control
 
-    def _external_stop_requested(self, state) -> bool:
+    def _external_stop_requested(self, state) -> Verdict:
         if not state.is_world_process_zero or self._out is None or self.stop_reason is not None:
-            return False
+            return Verdict()
         reason = consume_stop_request(self._out, self.stop_file)
         if reason is None:
-            return False
+            return Verdict()
         self.stop_reason = reason
-        self._write_stop(state.global_step, None, kind="external", reason=self.stop_reason)
-        return True
+        verdict = Verdict.external(state.global_step, reason)
+        self._stopping(None, state.global_step, verdict, "external")
+        return verdict
 
-    def _record(self, alert: Alert) -> None:
-        folder = self._out / "rlguard"
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / "decisions.jsonl", "a") as f:
-            f.write(alert.to_json() + "\n")
-        for notify in self.notifiers:
-            notify(alert)
-
-    def _write_stop(self, step: int, alert: Alert | None, kind: str = "", reason: str = "") -> None:
-        folder = self._out / "rlguard"
-        folder.mkdir(parents=True, exist_ok=True)
-        out = {"kind": alert.kind if alert else kind, "reason": alert.message if alert else reason,
-               "rule": alert.rule if alert else "", "step": step,
-               "checkpoint": str(self._out / f"checkpoint-{step}"),
-               "best_step": alert.checkpoint_step if alert else None}
-        (folder / "stop.json").write_text(json.dumps(out, indent=2) + "\n")
+    def _stopping(self, args, step: int, verdict: Verdict, source: str) -> None:
+        """The stop record, and one line on the console saying why and what to keep."""
+        keep = verdict.keep_step if verdict.keep_step is not None else step
+        checkpoint = str(self._out / f"checkpoint-{keep}")
+        self.records.stop(verdict, source, checkpoint)
+        logger.warning("rlguard: stopping the run at step %d: %s [%s, rule %s]; checkpoint to keep: %s",
+                       step, verdict.reason, verdict.kind, verdict.rule or "-", checkpoint)
 
 
 def _agree(args, checkpoint: bool, stop: bool) -> tuple[bool, bool]:

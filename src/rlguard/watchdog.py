@@ -228,7 +228,8 @@ class Watchdog:
         if col is None:
             return
         for j, reason in self.best.update(col):
-            d = Decision(Action.CHECKPOINT, int(col.steps[j]), reason, None, "new_best")
+            d = Decision(Action.CHECKPOINT, int(col.steps[j]), reason, None, "new_best", self.best.metric,
+                         float(col.values[j]))
             pending.append((int(col.seq[j]), 0, d))
 
     # ------------------------------------------------------------------ queries

@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from rlguard import Verdict
 
 from . import checkpoint
 from .config import TrainConfig
 from .faults import Faults
 from .grpo import KLController, group_advantages, grpo_loss, lr_factor, reward_stats
-from .guard import Guard, Verdict
+from .guard import Guard
 from .modeling import build_tiny, load_pretrained, warm_start
 from .rollout import generate, gold_nll, sequence_log_probs
 from .task import PromptSampler, all_examples, echo_reward, split
@@ -79,7 +80,7 @@ def train(cfg: TrainConfig) -> dict:
         verdict = run.guard.observe(step, metrics)
         if not verdict.stop and cfg.eval_every and step % cfg.eval_every == 0:
             evals = _mean_over_ranks(acc, evaluate(run))
-            verdict = verdict.merge(run.guard.observe(step, evals))
+            verdict = verdict.then(run.guard.observe(step, evals))
             metrics.update(evals)
         if acc.is_main_process:
             _log(out, step, metrics)

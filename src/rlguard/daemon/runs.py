@@ -12,6 +12,7 @@ from ..alerts import Alert, Decision
 from ..rulespec import RulePack
 from ..watchdog import Watchdog
 from ..stopfile import write_stop_request
+from ..verdict import Verdict, stop_record
 from ..sources.layout import Found, follow_target, log_kind, run_name
 from .tail import FileTail
 
@@ -168,10 +169,7 @@ class RunMonitor:
     def request_stop(self, decision: Decision) -> bool:
         """Write ``RLGUARD_STOP`` into the run's own directory (never a path taken from log
         content); idempotent: an existing request is left as it is."""
-        a = decision.alert
-        body = {"reason": decision.reason, "kind": decision.kind, "step": decision.step,
-                "rule": a.rule if a else "", "checkpoint_step": a.checkpoint_step if a else None,
-                "source": "rlguard daemon"}
+        body = stop_record(Verdict.of([decision]), self.run, "rlguard daemon")
         if not self.found.run_dir:  # a tracking server's run with no directory on this machine
             if self.info.last_error != NO_DIR:
                 self.info.last_error = NO_DIR

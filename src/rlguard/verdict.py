@@ -1,0 +1,140 @@
+"""One verdict and one record, whichever way rlguard is used.
+
+The watchdog returns :class:`~rlguard.alerts.Decision` objects (an alert that asks to alert,
+checkpoint or stop, or a new best evaluation). Everything that acts on them - the
+``RLGuardCallback``, the bundled trainer, ``rlguard daemon``, ``rlguard check`` - folds them
+with :meth:`Verdict.of` (one function, a fixed order, as Lightning's ``EarlyStopping`` decides
+once for every rank) and writes them with :class:`RunRecords`:
+
+``rlguard/decisions.jsonl`` and ``rlguard check --format json``, one line per decision, always
+the keys of an :class:`~rlguard.alerts.Alert`::
+
+    {"run", "rule", "kind", "severity", "action", "step", "metric", "value", "message",
+     "status", "line", "checkpoint_step", "labels", "annotations"}
+
+(a new best evaluation: ``action`` "checkpoint", ``kind`` "new_best", ``rule`` "",
+``severity`` "info", ``metric``/``value`` the evaluation metric and its value.)
+
+``rlguard/stop.json`` (written by the run that stopped) and ``RLGUARD_STOP`` (a stop request
+written by the daemon or a person), one shape::
+
+    {"run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source"}
+
+``keep_step`` is the step whose checkpoint to keep (the best evaluation before the fault),
+``checkpoint`` its folder when the writer knows it, ``source`` who decided ("rlguard
+watchdog", "rlguard daemon", "external" for a request the run obeyed).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from .alerts import Action, Decision
+
+DECISION_KEYS = ("run", "rule", "kind", "severity", "action", "step", "metric", "value", "message", "status",
+                 "line", "checkpoint_step", "labels", "annotations")
+STOP_KEYS = ("run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a run should do now, and why."""
+
+    action: str = "continue"  # stop | checkpoint | continue
+    step: int | None = None
+    kind: str = ""
+    rule: str = ""
+    reason: str = ""
+    keep_step: int | None = None
+
+    @property
+    def stop(self) -> bool:
+        return self.action == "stop"
+
+    @property
+    def checkpoint(self) -> bool:
+        """Save now: asked by a checkpoint decision, and by every stop (a run ends saved)."""
+        return self.action in ("stop", "checkpoint")
+
+    @classmethod
+    def of(cls, decisions: Iterable[Decision]) -> "Verdict":
+        """Fold decisions, in a fixed order: the first stop wins; else the first checkpoint;
+        else continue. Alerts that only alert do not change what the run does."""
+        first_ckpt = None
+        for d in decisions:
+            if d.action is Action.STOP:
+                a = d.alert
+                return cls("stop", d.step, d.kind, a.rule if a else "", d.reason, a.checkpoint_step if a else None)
+            if d.action is Action.CHECKPOINT and first_ckpt is None:
+                first_ckpt = cls("checkpoint", d.step, d.kind, d.alert.rule if d.alert else "", d.reason)
+        return first_ckpt or cls()
+
+    @classmethod
+    def external(cls, step: int | None, reason: str, rule: str = "RLGUARD_STOP") -> "Verdict":
+        """A stop someone else asked for (the daemon's stop file, a signal)."""
+        return cls("stop", step, "external", rule, reason)
+
+    def then(self, later: "Verdict") -> "Verdict":
+        """Two verdicts of one step (train then eval records): the first stop wins."""
+        if self.stop or not (later.stop or later.checkpoint):
+            return self
+        return later if later.stop or not self.checkpoint else self
+
+    def flags(self) -> tuple[bool, bool]:
+        return self.checkpoint, self.stop
+
+    def with_flags(self, checkpoint: bool, stop: bool) -> "Verdict":
+        """Rank 0's verdict as the flags every rank received (other ranks know only those)."""
+        if stop and not self.stop:
+            return Verdict("stop", self.step, self.kind or "external", self.rule, self.reason or "stopped by rank 0")
+        if checkpoint and not self.checkpoint:
+            return Verdict("checkpoint", self.step, self.kind, self.rule, self.reason)
+        return self
+
+
+def decision_record(d: Decision, run: str = "") -> dict[str, Any]:
+    """One line of ``decisions.jsonl`` / ``check --format json`` (see the module doc)."""
+    if d.alert is not None:
+        out = d.alert.to_dict()
+        if run:
+            out["run"] = run
+        return out
+    value = d.value if d.value is None or math.isfinite(d.value) else None  # JSON has no NaN
+    return {"run": run, "rule": "", "kind": d.kind, "severity": "info", "action": d.action.value, "step": d.step,
+            "metric": d.metric, "value": value, "message": d.reason, "status": "firing", "line": None,
+            "checkpoint_step": None, "labels": {}, "annotations": {}}
+
+
+def stop_record(verdict: Verdict, run: str, source: str, checkpoint: str | None = None) -> dict[str, Any]:
+    """The body of ``stop.json`` and of ``RLGUARD_STOP`` (see the module doc)."""
+    return {"run": run, "step": verdict.step, "kind": verdict.kind, "rule": verdict.rule,
+            "reason": verdict.reason, "keep_step": verdict.keep_step, "checkpoint": checkpoint,
+            "source": source}
+
+
+class RunRecords:
+    """Writes a run's ``rlguard/decisions.jsonl`` and ``rlguard/stop.json`` (rank 0 only)."""
+
+    def __init__(self, run_dir: str | os.PathLike, run: str) -> None:
+        self.dir = Path(run_dir) / "rlguard"
+        self.run = run
+
+    def decisions(self, decisions: Iterable[Decision]) -> list[dict]:
+        lines = [decision_record(d, self.run) for d in decisions]
+        if lines:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with open(self.dir / "decisions.jsonl", "a") as f:
+                f.writelines(json.dumps(x, ensure_ascii=False, allow_nan=False) + "\n" for x in lines)
+        return lines
+
+    def stop(self, verdict: Verdict, source: str, checkpoint: str | None = None) -> dict:
+        body = stop_record(verdict, self.run, source, checkpoint)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.dir / f".stop.json.{os.getpid()}.tmp"
+        tmp.write_text(json.dumps(body, indent=2, allow_nan=False) + "\n")
+        os.replace(tmp, self.dir / "stop.json")
+        return body
