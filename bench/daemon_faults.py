@@ -7,7 +7,7 @@ delivers to a local Slack stand-in (a webhook HTTP server in this process). Mean
 - a Slack outage of ``--outage`` seconds (default 60; the server answers 500);
 - rotation races: runs rotated the logrotate way (``mv log log.1`` then a new file), rewritten
   whole by rename (write a temp file, ``os.replace``), or copy-truncated, while they are written;
-- a full disk for 10 s (the state dir on a 2 MB tmpfs filled up: needs root to mount; skipped
+- a full disk for 10 s (the state dir on a 64 MB tmpfs filled up: needs root to mount; skipped
   with a note otherwise).
 
 Expected alerts are those of ``rlguard check`` on each run's complete log (what the trainer
@@ -145,7 +145,7 @@ def mount_small(path: Path) -> bool:
     path.mkdir(parents=True, exist_ok=True)
     if os.geteuid() != 0:
         return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(path)],
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(path)],
                           capture_output=True).returncode == 0
 
 
