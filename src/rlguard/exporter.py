@@ -9,7 +9,8 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
 - ``rlguard_alert_firing{run,rule,kind,severity,metric}``: 1 per alert firing now;
 - ``rlguard_alerts_total{run,kind,severity}``: alerts fired since the run was first seen;
 - ``rlguard_run_last_update_timestamp_seconds{run}``, ``rlguard_run_last_step{run}``,
-  ``rlguard_run_stalled{run}``, ``rlguard_run_stop_requested{run}``;
+  ``rlguard_run_stalled{run}``, ``rlguard_run_stop_requested{run}``, ``rlguard_run_stopped{run}`` (the
+  run was seen to stop after the request);
 - ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
 - ``rlguard_runs_watched``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
   ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead).
@@ -53,18 +54,22 @@ class RLGuardCollector:
                                      labels=["run"])
         dropped = CounterMetricFamily("rlguard_metric_names_dropped",
                                       "Metric names ignored beyond the per-run cap", labels=["run"])
+        done = GaugeMetricFamily("rlguard_run_stopped", "1 once a run that rlguard asked to stop is seen to "
+                                 "stop (its stop record, or no new step since the request)", labels=["run"])
+        snaps = d.snapshots()
         with d.lock:
-            for mon in d.runs.values():
-                self._run(mon, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped)
             runs, dropped_runs = len(d.runs), d.dropped_runs
             last_poll, reloads = d.last_poll, d.reloads
-        yield from (value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped)
-        yield GaugeMetricFamily("rlguard_runs_watched", "Runs (log files) being watched", value=runs)
+        for snap in snaps:
+            self._run(snap, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped)
+            done.add_metric([snap.run], 1 if snap.stop_state == "stopped" else 0)
+        yield from (value, step, firing, total, updated, last_step, stalled, stopped, done, errors, dropped)
+        yield GaugeMetricFamily("rlguard_runs_watched", "Runs being watched", value=runs)
         yield CounterMetricFamily("rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)",
                                   value=dropped_runs)
         yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=last_poll)
         yield CounterMetricFamily("rlguard_rule_reloads", "Successful rule reloads (SIGHUP)", value=reloads)
-        stats = d.dispatcher.stats() if d.dispatcher is not None and hasattr(d.dispatcher, "stats") else None
+        stats = d.notification_stats()
         if stats:
             notes = GaugeMetricFamily("rlguard_notifications", "Notifications in the outbox by state",
                                       labels=["state"])
@@ -73,27 +78,27 @@ class RLGuardCollector:
             yield notes
 
     @staticmethod
-    def _run(mon, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped) -> None:
-        run, info = mon.run, mon.info
-        for metric, (v, s) in sorted(info.latest.items()):
+    def _run(snap, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped) -> None:
+        run = snap.run
+        for metric, (v, s) in sorted(snap.latest.items()):
             if v is not None:
                 value.add_metric([run, metric], v)
             step.add_metric([run, metric], s)
-        for a in mon.watchdog.firing():
+        for a in snap.firing:
             firing.add_metric([run, a.rule, a.kind, a.severity, a.metric], 1)
-        if info.stalled:
+        if snap.stalled:
             firing.add_metric([run, "RLG-STALL", "stall", "warning", "step"], 1)
-        for key, n in sorted(info.alerts_total.items()):
+        for key, n in sorted(snap.alerts_total.items()):
             kind, _, severity = key.partition("|")
             total.add_metric([run, kind, severity], n)
-        if info.last_update:
-            updated.add_metric([run], info.last_update)
-        if info.last_step is not None:
-            last_step.add_metric([run], info.last_step)
-        stalled.add_metric([run], 1 if info.stalled else 0)
-        stopped.add_metric([run], 1 if info.stopped else 0)
-        errors.add_metric([run], info.parse_errors)
-        dropped.add_metric([run], info.dropped_metrics)
+        if snap.last_update:
+            updated.add_metric([run], snap.last_update)
+        if snap.last_step is not None:
+            last_step.add_metric([run], snap.last_step)
+        stalled.add_metric([run], 1 if snap.stalled else 0)
+        stopped.add_metric([run], 1 if snap.stop_state else 0)
+        errors.add_metric([run], snap.parse_errors)
+        dropped.add_metric([run], snap.dropped_metrics)
 
 
 def _health(daemon) -> str:

@@ -83,6 +83,7 @@ class Watchdog:
         self.stop_decision: Decision | None = None
         self._prev: LogRecord | None = None
         self._watched = {m for r in self.rules for m in r.metrics}
+        self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._needed = _needed(self.rules)
         self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
 
@@ -109,6 +110,8 @@ class Watchdog:
             self.first_step = int(min(int(c.steps[0]) for c in cols.values()))
         pending: list[tuple[int, int, Decision]] = []
         new_alerts: list[tuple[int, int, Alert]] = []
+        for name, col in cols.items():
+            self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
         self._track_best(cols, pending)
         for name, col in cols.items():
             if name in self._watched:
@@ -233,6 +236,26 @@ class Watchdog:
             pending.append((int(col.seq[j]), 0, d))
 
     # ------------------------------------------------------------------ queries
+    def watched(self) -> frozenset[str]:
+        """The (canonical) metrics the rules watch."""
+        return frozenset(self._watched)
+
+    def latest(self, watched_only: bool = True) -> dict[str, tuple[float, int]]:
+        """Latest value and step of each metric seen (canonical names), watched ones by default."""
+        if not watched_only:
+            return dict(self._latest)
+        return {k: v for k, v in self._latest.items() if k in self._watched}
+
+    def coverage(self) -> dict[str, Any]:
+        """Which rules had something to watch: ``rules`` (count), ``idle`` (rule ids none of
+        whose metrics was ever logged), ``metrics`` (canonical names seen) and ``raw`` (the
+        names as logged), so a user sees a rule on a metric that never came."""
+        active = {key.partition("|")[0] for key in self.instances}
+        seen = set(self._latest)
+        idle = [r.id for r in self.rules if r.id not in active and not seen.intersection(r.metrics)]
+        return {"rules": len(self.rules), "idle": idle, "metrics": sorted(seen),
+                "raw": sorted(set(self.naming.source.values()))}
+
     def firing(self) -> list[Alert]:
         """Alerts currently firing (the latest firing alert of each firing rule instance)."""
         latest: dict[str, Alert] = {}

@@ -105,6 +105,9 @@ def test_daemon_beside_real_trl_run_one_run_one_message_stopped_by_stop_file(tmp
     assert len(slack.requests) == 1
     body = str(slack.requests[0].body)
     assert "grpo-const" in body and "reward_variance_collapse" in body
+    # the daemon first said "stop requested"; it now sees the run's own stop record: "stopped"
+    assert "stop requested (RLGUARD_STOP written)" in body
+    d.wait_for(lambda: 'rlguard_run_stopped{run="grpo-const"} 1.0' in d.metrics(), "run not seen as stopped")
     log = d.log.read_text()
     assert "events.out.tfevents" in log.split("watching", 1)[1].splitlines()[0]  # followed through TensorBoard
     d.stop()

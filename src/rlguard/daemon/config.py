@@ -64,6 +64,10 @@ class DaemonConfig(BaseModel):
     outbox_retention: float = Field(14 * 86400.0, gt=0, description="seconds delivered notifications are kept")
     max_runs: int = Field(5000, ge=1, description="runs watched at most (more are counted, not watched)")
     max_metrics_per_run: int = Field(2000, ge=10, description="distinct metric names kept per run")
+    run_url_template: str | None = Field(None, description="a link in every message, e.g. "
+                                         "https://wandb.ai/team/project/runs/{run} ({run}, {run_dir}, {host})")
+    stopped_after: float = Field(300.0, gt=0, description="seconds without a new step after a stop request "
+                                                          "before the run counts as stopped")
     http_idle_timeout: float = Field(30.0, gt=0, description="seconds an idle HTTP connection to /metrics may stay open")
     stop: StopConfig = Field(default_factory=StopConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)

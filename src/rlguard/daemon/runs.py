@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 import math
 import os
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from ..sources.layout import Found, follow_target, log_kind, run_name
 from .tail import FileTail
 
 STALL_RULE = "RLG-STALL"
+STOPPED_RULE = "RLG-STOPPED"
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")
 
@@ -34,6 +36,29 @@ class RunInfo:
     stalled: bool = False
     stopped: str | None = None  # reason of the stop request written, if any
     last_error: str | None = None
+    stop_state: str | None = None  # requested | stopped (seen to stop: its stop record, or no new step)
+    stop_requested_at: float = 0.0
+    stop_step: int | None = None  # last step seen when the stop was requested
+
+
+@dataclass(frozen=True)
+class RunSnapshot:
+    """A run as the exporter and ``rlguard status`` show it (a copy: read it without the lock)."""
+
+    run: str
+    run_dir: str
+    log: str
+    latest: dict
+    firing: list
+    alerts_total: dict
+    last_update: float
+    last_step: int | None
+    stalled: bool
+    stop_state: str | None
+    stop_reason: str | None
+    parse_errors: int
+    dropped_metrics: int
+    last_error: str | None
 
 
 class RunMonitor:
@@ -41,12 +66,13 @@ class RunMonitor:
     (a run moves on to newer checkpoints and TensorBoard files), and its watchdog."""
 
     def __init__(self, found: Found | str, run: str, packs: list[RulePack], saved: dict | None = None,
-                 max_metrics: int = 2000) -> None:
+                 max_metrics: int = 2000, context: dict | None = None) -> None:
         if isinstance(found, str):  # a single log file
             p = os.path.abspath(found)
             found = Found(p, os.path.dirname(p), p, "file")
         self.found = found
         self.path, self.run = found.key, run
+        self.context = dict(context or {})  # labels every alert of this run carries (run_dir, host, url)
         self.tail = FileTail(found.log, saved["tail"] if saved else None)
         self.kind = log_kind(self.tail.path)
         self.watchdog = Watchdog(packs=packs, run=run)
@@ -107,6 +133,8 @@ class RunMonitor:
         before = len(self.watchdog.alerts)
         decisions = self.watchdog.ingest(records)
         alerts = self.watchdog.alerts[before:]
+        for a in alerts:
+            a.labels.update(self.context)
         self._track(records, now)
         for a in alerts:
             if a.status == "firing":
@@ -136,15 +164,44 @@ class RunMonitor:
         return records
 
     def _track(self, records, now: float) -> None:
-        watched = self.watchdog._watched
-        naming = self.watchdog.naming
-        latest = self.info.latest
-        for rec in records:
-            for raw, value in rec.metrics.items():
-                name = naming._name.get(raw)
-                if name in watched:
-                    latest[name] = [value if math.isfinite(value) else None, rec.step]
+        for name, (value, step) in self.watchdog.latest().items():
+            self.info.latest[name] = [value if math.isfinite(value) else None, step]
         self.info.last_step = records[-1].step
+
+    def snapshot(self) -> RunSnapshot:
+        info = self.info
+        return RunSnapshot(self.run, str(self.found.run_dir), self.log, {k: list(v) for k, v in info.latest.items()},
+                           list(self.watchdog.firing()), dict(info.alerts_total), info.last_update, info.last_step,
+                           info.stalled, info.stop_state or ("requested" if info.stopped else None), info.stopped,
+                           info.parse_errors, info.dropped_metrics, info.last_error)
+
+    def check_stopped(self, now: float, quiet_after: float) -> Alert | None:
+        """A requested stop becomes "stopped" once the run is seen to stop: its stop record
+        (``rlguard/stop.json``) or the request marked handled is there, or no new step came for
+        ``quiet_after`` seconds. Returns the alert that says so, once."""
+        info = self.info
+        if info.stop_state != "requested":
+            return None
+        rd = Path(self.found.run_dir)
+        seen = None
+        for marker in (rd / "rlguard" / "stop.json", rd / "RLGUARD_STOP.handled"):
+            try:
+                if marker.stat().st_mtime >= info.stop_requested_at - 1:
+                    seen = f"its stop record {marker.name} is there"
+                    break
+            except OSError:
+                continue
+        if seen is None and now - max(info.last_update, info.stop_requested_at) >= quiet_after:
+            seen = f"no new step for {quiet_after / 60:.0f} min after the request"
+        if seen is None:
+            return None
+        info.stop_state = "stopped"
+        self.changed = True
+        a = Alert(run=self.run, rule=STOPPED_RULE, kind="stopped", severity="critical", action="alert",
+                  step=int(info.last_step or 0), metric="step", value=None, status="firing",
+                  message=f"the run stopped at step {info.last_step} after rlguard's stop request ({seen}): "
+                          f"{info.stopped}", labels=dict(self.context))
+        return a
 
     def check_stall(self, now: float, after_s: float) -> list[Alert]:
         if self.info.stalled or not self.info.last_update or now - self.info.last_update < after_s:
@@ -166,7 +223,7 @@ class RunMonitor:
                      step=int(self.info.last_step or 0), metric="step", value=None, message=msg,
                      status="resolved" if resolved else "firing")
 
-    def request_stop(self, decision: Decision) -> bool:
+    def request_stop(self, decision: Decision, now: float | None = None) -> bool:
         """Write ``RLGUARD_STOP`` into the run's own directory (never a path taken from log
         content); idempotent: an existing request is left as it is."""
         body = stop_record(Verdict.of([decision]), self.run, "rlguard daemon")
@@ -183,6 +240,9 @@ class RunMonitor:
                       exc.strerror or exc)
             return False
         self.info.stopped = decision.reason
+        self.info.stop_state = "requested"
+        self.info.stop_requested_at = time.time() if now is None else now
+        self.info.stop_step = self.info.last_step
         return True
 
     def saved(self) -> tuple[str, str, dict, dict, dict]:

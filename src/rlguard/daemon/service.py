@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import threading
@@ -52,6 +53,7 @@ class Daemon:
         self.last_progress = clock()
         self.first_pass_done = False
         self.problems: dict[str, str] = {}  # what is wrong now, for /healthz
+        self.host = socket.gethostname()
         self._unqueued: list[Alert] = []
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
         self.started = clock()
@@ -78,12 +80,33 @@ class Daemon:
             return
         saved = self.saved.pop(found.key, None)
         name = saved["run"] if saved else run_name_for(found.key, {r.run for r in self.runs.values()})
+        context = self._context(found, name)
         try:
-            self.runs[found.key] = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run)
+            self.runs[found.key] = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run, context)
         except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
             log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
-            self.runs[found.key] = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run)
+            self.runs[found.key] = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context)
         log.info("watching %s as run %r (%s, following %s)", found.key, name, found.layout, found.log)
+
+    def _context(self, found: Found, name: str) -> dict[str, str]:
+        """Labels on every alert of a run, for the person on call: its directory, this host, a link."""
+        ctx = {"run_dir": os.fsencode(found.run_dir).decode("utf-8", "replace") if found.run_dir else "",
+               "host": self.host}
+        if self.cfg.run_url_template:
+            try:
+                ctx["url"] = self.cfg.run_url_template.format(run=name, run_dir=ctx["run_dir"], host=self.host)
+            except (KeyError, IndexError, ValueError) as exc:
+                log.error("run_url_template: %s (use {run}, {run_dir}, {host})", exc)
+        return {k: v for k, v in ctx.items() if v}
+
+    def snapshots(self) -> list:
+        """Every run as the exporter and ``rlguard status`` show it (copies, taken under the lock)."""
+        with self.lock:
+            return [m.snapshot() for m in self.runs.values()]
+
+    def notification_stats(self) -> dict[str, int] | None:
+        """Outbox counts by state (pending, sent, dead), or None without Slack."""
+        return self.dispatcher.stats() if self.dispatcher is not None else None
 
     def poll(self) -> None:
         """Discover, then read every run. The lock is taken run by run, so a scrape of
@@ -108,6 +131,10 @@ class Daemon:
                 for d in decisions:
                     if d.action is Action.STOP and d.alert is not None:
                         self._stop(mon, d)
+                stopped = mon.check_stopped(self.clock(), self.cfg.stopped_after)
+                if stopped is not None:
+                    log.warning("[%s] %s", mon.run, stopped.message)
+                    alerts = alerts + [stopped]
                 self._notify(alerts)
                 if alerts:
                     urgent.append(mon)
@@ -146,7 +173,7 @@ class Daemon:
                 return  # not written: the runs stay "changed" and are saved at the next try
             for m in self.runs.values():
                 m.changed = False
-            if self.dispatcher is not None and hasattr(self.dispatcher, "save_state"):
+            if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
                 except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watch
@@ -199,7 +226,7 @@ class Daemon:
 
     def housekeeping(self) -> None:
         """Forget long-delivered notifications, so the outbox does not grow for ever."""
-        if self.dispatcher is not None and hasattr(self.dispatcher, "prune"):
+        if self.dispatcher is not None:
             n = self.dispatcher.prune(self.clock(), self.cfg.outbox_retention)
             if n:
                 log.info("housekeeping: %d delivered notification(s) forgotten", n)
@@ -225,7 +252,10 @@ class Daemon:
         self._problem("queue", None)
 
     def _stop(self, mon: RunMonitor, decision) -> None:
-        if not mon.request_stop(decision):
+        written = mon.request_stop(decision, self.clock())
+        if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
+            decision.alert.labels["stop"] = "requested" if written or mon.info.stop_state else "not requested"
+        if not written:
             return
         log.warning("[%s] stop requested: %s", mon.run, decision.reason)
         stop = self.cfg.stop

@@ -85,9 +85,13 @@ def _num(value: object) -> str:
 def action_text(alert: Alert) -> str:
     """The action taken, in words a person acts on."""
     if alert.action == "stop":
-        if alert.checkpoint_step is not None:
-            return f"stopped; checkpoint kept at step {alert.checkpoint_step}"
-        return "stopped"
+        keep = f"; checkpoint to keep: step {alert.checkpoint_step}" if alert.checkpoint_step is not None else ""
+        stop = alert.labels.get("stop")
+        if stop == "requested":  # the daemon wrote a stop request; the run has not stopped yet
+            return "stop requested (RLGUARD_STOP written)" + keep
+        if stop == "not requested":
+            return "stop decided, but no stop request could be written (see the daemon log)" + keep
+        return ("stopped; checkpoint kept at step " + str(alert.checkpoint_step)) if keep else "stopped"
     if alert.action == "checkpoint":
         return "checkpoint saved"
     if alert.action == "alert":
@@ -125,6 +129,12 @@ def _hints(alerts: list[Alert]) -> dict[str, Any] | None:
 
 def _footer(message: Message) -> dict[str, Any]:
     notes = ["rlguard"]
+    labels = message.alerts[0].labels if message.alerts else {}
+    for key, label in (("run_dir", "run dir"), ("host", "host")):
+        if labels.get(key):
+            notes.append(f"{label} `{fit(labels[key], MAX_VALUE)}`")
+    if labels.get("url"):
+        notes.append(f"<{fit(labels['url'], 300)}|open the run>")
     if message.repeat:
         notes.append(f"reminder {message.repeat}: still firing, nothing changed since the last message")
     if message.possible_duplicate:
