@@ -267,15 +267,15 @@ def main(argv=None) -> int:
         time.sleep(0.1)
     expected = expected_alerts(tmp, runs, truth)
     deadline = time.time() + args.drain
-    last = -1
+    last, quiet_since = -1, time.time()
     while time.time() < deadline:  # until the daemon has delivered everything it queued
         time.sleep(5)
         firing, flagged, unmatched, pending = delivered_alerts(state, slack.received)
         got = {(r, rule) for r, rule, _ in firing}
-        if pending == 0 and expected <= got:
-            break
+        if pending == 0 and (expected <= got or time.time() - quiet_since > 30):
+            break  # all there, or nothing queued and nothing new for 30 s
         if len(slack.received) != last:
-            last = len(slack.received)
+            last, quiet_since = len(slack.received), time.time()
             print(f"  waiting: {pending} message(s) pending, {len(expected - got)} expected alert(s) not yet "
                   "delivered", flush=True)
     proc.send_signal(signal.SIGTERM)
