@@ -29,6 +29,7 @@ from transformers.utils import logging as hf_logging
 from .alerts import Alert
 from .rulespec import RulePack, load_packs
 from .stopfile import STOP_FILE, consume_stop_request
+from .trackers import TrackerAlerts
 from .verdict import RunRecords, Verdict
 from .watchdog import Watchdog
 
@@ -64,6 +65,8 @@ class RLGuardCallback(TrainerCallback):
         name = self.run or getattr(args, "run_name", None) or self._out.name
         self.watchdog = Watchdog(packs=self.packs, run=str(name), baselines=self.baselines)
         self.records = RunRecords(self._out, str(name))
+        self.trackers = TrackerAlerts(getattr(args, "report_to", None), self._out, getattr(args, "logging_dir", None))
+
         ckpt = self._out / f"checkpoint-{state.global_step}" / STATE_FILE
         if state.global_step > 0 and ckpt.is_file():  # resuming: no second alert for old faults
             self.watchdog.load(ckpt)
@@ -78,6 +81,29 @@ class RLGuardCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         requested = self._external_stop_requested(state)  # rank 0 looks; every rank agrees below
         return self._apply(args, state, control, requested)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        """One line saying rlguard watched, and what it found (rank 0)."""
+        if not state.is_world_process_zero or self.watchdog is None:
+            return control
+        wd = self.watchdog
+        cov = wd.coverage()
+        alarms = [a for a in wd.alerts if a.status == "firing" and a.severity in ("warning", "critical")]
+        watching = cov["rules"] - len(cov["idle"])
+        head = (f"rlguard: {watching} of {cov['rules']} rules watched {len(cov['metrics'])} metrics over "
+                f"{wd.seq - wd.summaries - wd.duplicates} logged steps")
+        if self.stop_reason is not None:
+            found = f"stopped: {self.stop_reason}"
+        elif alarms:
+            found = f"alerts: {len(alarms)} (see {self._out / 'rlguard' / 'decisions.jsonl'})"
+        else:
+            found = "alerts: none"
+        logger.warning("%s; %s", head, found)
+        if cov["idle"]:
+            logger.info("rlguard: rules with nothing to watch (their metrics were never logged): %s; "
+                        "metrics logged: %s", ", ".join(cov["idle"]), ", ".join(cov["raw"]))
+        self.trackers.close()
+        return control
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero and self.watchdog is not None:
@@ -100,6 +126,7 @@ class RLGuardCallback(TrainerCallback):
             self.records.decisions(decisions)
             for d in decisions:
                 if d.alert is not None:
+                    self.trackers.alert(d.alert)
                     for notify in self.notifiers:
                         notify(d.alert)
             verdict = Verdict.of(decisions)
@@ -135,6 +162,7 @@ class RLGuardCallback(TrainerCallback):
         keep = verdict.keep_step if verdict.keep_step is not None else step
         checkpoint = str(self._out / f"checkpoint-{keep}")
         self.records.stop(verdict, source, checkpoint)
+        self.trackers.stop(step, verdict.reason, checkpoint)
         logger.warning("rlguard: stopping the run at step %d: %s [%s, rule %s]; checkpoint to keep: %s",
                        step, verdict.reason, verdict.kind, verdict.rule or "-", checkpoint)
 

@@ -24,7 +24,7 @@ def tiny(tmp_path_factory):
     return path
 
 
-def grpo(model_dir, out, reward, steps, resume=None, **cfg):
+def grpo(model_dir, out, reward, steps, resume=None, report_to=(), **cfg):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
@@ -35,7 +35,7 @@ def grpo(model_dir, out, reward, steps, resume=None, **cfg):
     tok, model = load_pretrained(model_dir)
     data = Dataset.from_dict({"prompt": [tok.bos_token + e.prompt for e in split(all_examples(6))[0]]})
     args = GRPOConfig(output_dir=str(out), max_steps=steps, per_device_train_batch_size=16, num_generations=4,
-                      max_completion_length=6, logging_steps=1, save_strategy="no", report_to=[],
+                      max_completion_length=6, logging_steps=1, save_strategy="no", report_to=list(report_to),
                       use_cpu=True, bf16=False, seed=0, disable_tqdm=True, **cfg)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tok, callbacks=[RLGuardCallback()])
@@ -53,13 +53,23 @@ def echo(prompts, completions, **_):
     return [echo_reward(p, c, 6) for p, c in zip(prompts, completions)]
 
 
-def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path):
+def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path, caplog):
     out = tmp_path / "const"
-    trainer = grpo(tiny, out, constant, 40)
+    with caplog.at_level("WARNING", logger="rlguard"):
+        trainer = grpo(tiny, out, constant, 40, report_to=["tensorboard"])
     stop = json.loads((out / "rlguard" / "stop.json").read_text())
     assert stop["kind"] == "reward_variance_collapse"
     assert trainer.state.global_step == stop["step"] <= 8  # a few logging steps, not 40
     assert (out / f"checkpoint-{stop['step']}" / "rlguard_state.json").is_file()
+    # one line on the console: why, and the checkpoint to keep
+    (line,) = [r.getMessage() for r in caplog.records if "stopping the run" in r.getMessage()]
+    assert f"at step {stop['step']}" in line and "reward_variance_collapse" in line
+    assert f"checkpoint to keep: {out / ('checkpoint-%d' % stop['step'])}" in line
+    # the alert in a real TensorBoard event file written by the run, beside its curves
+    (alerts_file,) = list((out / "runs").glob("*/events.out.tfevents.*.rlguard"))
+    data = alerts_file.read_bytes()
+    assert b"rlguard/alerts" in data and b"reward_variance_collapse" in data and b"rlguard/stop" in data
+    assert [p for p in (out / "runs").glob("*/events.out.tfevents.*") if p.suffix != ".rlguard"]  # TRL's own
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
     # graded evidence: a warning may come first (3 tied records), the stop follows (5), all of one kind
     stops = [d for d in decisions if d["action"] == "stop"]
@@ -75,9 +85,12 @@ def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path):
     assert all(d["step"] > stop["step"] for d in after)
 
 
-def test_learnable_reward_runs_to_the_end(tiny, tmp_path):
+def test_learnable_reward_runs_to_the_end(tiny, tmp_path, caplog):
     out = tmp_path / "echo"
-    trainer = grpo(tiny, out, echo, 25, learning_rate=5e-4, beta=0.2)
+    with caplog.at_level("WARNING", logger="rlguard"):
+        trainer = grpo(tiny, out, echo, 25, learning_rate=5e-4, beta=0.2)
+    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rlguard: ")]
+    assert "rules watched" in summary and "over 25 logged steps" in summary and summary.endswith("alerts: none")
     assert trainer.state.global_step == 25
     assert not (out / "rlguard" / "stop.json").exists()
     path = out / "rlguard" / "decisions.jsonl"

@@ -74,6 +74,12 @@ def is_ours(path: str) -> bool:
     return p.name in OURS or p.parent.name == "rlguard" or p.name.startswith(".")
 
 
+def _is_tb(name: str) -> bool:
+    """A TensorBoard event file with the run's metrics (rlguard's own alert files are
+    ``*.rlguard``: see :mod:`rlguard.trackers`)."""
+    return name.startswith(_TB) and not name.endswith(".rlguard")
+
+
 def _is_log_name(name: str) -> bool:
     base = name[:-3] if name.endswith(".gz") else name
     return base.endswith(LOG_SUFFIXES) or base == "trainer_state.json" or base.startswith(_TB)
@@ -116,7 +122,7 @@ def _tb_files(runs: str) -> list[str]:
     for s in stamps:
         sd = os.path.join(runs, s)
         try:
-            out += [os.path.join(sd, f) for f in os.listdir(sd) if f.startswith(_TB)]
+            out += [os.path.join(sd, f) for f in os.listdir(sd) if _is_tb(f)]
         except OSError:
             continue
     return out
@@ -158,7 +164,7 @@ def follow_target(found: Found, kind: str | None) -> str | None:
         return hf_log(found.key, kind)
     if found.layout == "tensorboard":
         try:
-            return _newest([os.path.join(found.key, f) for f in os.listdir(found.key) if f.startswith(_TB)])
+            return _newest([os.path.join(found.key, f) for f in os.listdir(found.key) if _is_tb(f)])
         except OSError:
             return None
     return found.log
@@ -284,7 +290,7 @@ class Discovery:
         if extra is not None:
             found.setdefault(extra.key, extra)
             return
-        tbs = [f for f in files if f.startswith(_TB)]
+        tbs = [f for f in files if _is_tb(f)]
         if tbs:
             newest = _newest([os.path.join(d, f) for f in tbs])
             if newest:
