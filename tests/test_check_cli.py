@@ -49,7 +49,8 @@ def test_text_output_is_a_readable_summary(tmp_path):
     r = check(jsonl(tmp_path / "seed004.jsonl", SEED004))
     assert r.returncode == 1
     assert "STEP" in r.stdout and "val_divergence" in r.stdout and "What to check" in r.stdout
-    assert "STOPPED the run at step 5" in r.stdout and "keep the checkpoint of step 1" in r.stdout
+    assert "STOPPED the run at step 5" in r.stdout and "the checkpoint to keep: step 1" in r.stdout
+    assert r.stdout.count("checkpoint to keep") == 1  # one answer, not two that disagree
 
 
 def test_healthy_exit_zero_and_empty_json(tmp_path):
@@ -134,9 +135,36 @@ rules:
     detector: drop_from_peak
     params: {max_ratio: 0.1}
 """)
-    r = check(p, "--rules", rules, "--format", "json")
+    r = check(p, "--rules", rules, "--no-default-rules", "--format", "json")
     objs = [json.loads(x) for x in r.stdout.splitlines()]
     assert [o["rule"] for o in objs] == ["MY-BETA"], r.stderr
+    r = check(p, "--rules", rules, "--format", "json")  # --rules adds to the default pack
+    rules_fired = {json.loads(x)["rule"] for x in r.stdout.splitlines()}
+    assert "MY-BETA" in rules_fired and "RLG-VAL-DIVERGENCE" in rules_fired
+
+
+def test_own_rules_add_to_the_default_and_idle_rules_are_listed(tmp_path):
+    """Issue 11: `--rules mine.yaml` on a KL-stuck log still fires the default kl_low, and a
+    rule on a metric the log never has is listed as idle, with the metrics that were there."""
+    rows = [{"step": s, "loss": 0.5, "reward": 0.3, "reward_std": 0.2, "kl": 0.0, "beta": 0.04}
+            for s in range(1, 41)]
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("""apiVersion: rlguard/v1
+pack: mine
+version: "1"
+rules:
+  - id: MY-GRAD
+    kind: grad_explosion
+    severity: warning
+    description: my own bound on the gradient norm
+    metric: grad_norm
+    detector: threshold
+    params: {above: 50}
+""")
+    r = check(jsonl(tmp_path / "stuck.jsonl", rows), "--rules", mine)
+    assert r.returncode == 1 and "kl_low" in r.stdout
+    assert "MY-GRAD" in r.stdout and "nothing to watch" in r.stdout
+    assert "metrics present" in r.stdout and "kl" in r.stdout.split("metrics present", 1)[1]
 
 
 def test_bad_rules_file_is_exit_2_with_line(tmp_path):

@@ -136,3 +136,56 @@ def test_cli_rules_check_and_test(tmp_path):
 
 def test_kind_vocabulary_is_fixed():
     assert REQUIRED_KINDS <= {k.value for k in Kind}
+
+
+# ---------------------------------------------------------------------- rules that say what they watch
+def _cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "rlguard", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_every_validation_error_of_a_file_at_once(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text('apiVersion: rlguard/v1\npack: x\nversion: "1"\nrules:\n  - id: X-1\n    kind: Not A Kind\n'
+                   '    severity: loud\n  - id: X-2\n    kind: kl_low\n    metrics: [kl]\n    detector: nope\n')
+    r = _cli("rules", "check", bad)
+    assert r.returncode == 2
+    for where in ("bad.yaml:6: rules[0].kind", "bad.yaml:7: rules[0].severity", "bad.yaml:11: rules[1].detector",
+                  "rules[1].description"):
+        assert where in r.stderr, r.stderr
+    assert "more problem" not in r.stderr
+
+
+def test_rule_on_a_metric_nothing_produces_is_a_warning(tmp_path):
+    pack = tmp_path / "kll.yaml"
+    pack.write_text('apiVersion: rlguard/v1\npack: x\nversion: "1"\nrules:\n  - id: X-1\n    kind: kl_low\n'
+                    '    severity: warning\n    description: kl stuck at zero in my own runs\n    metric: kll\n'
+                    '    detector: threshold\n    params: {below: 0.001}\n')
+    r = _cli("rules", "check", pack)
+    assert r.returncode == 0 and "metric 'kll' is not a name rlguard knows" in r.stderr and "did you mean kl" in r.stderr
+    ok = _cli("rules", "check", "rules/default.yaml")
+    assert ok.returncode == 0 and "warning" not in ok.stderr  # every default rule watches a known name
+
+
+def test_rules_explain_says_assumptions_false_positives_and_tests():
+    r = _cli("rules", "explain", "RLG-KL-ZERO")
+    assert r.returncode == 0
+    assert "Assumes:" in r.stdout and "Known false positives:" in r.stdout and "kl.yaml:" in r.stdout
+    miss = _cli("rules", "explain", "RLG-KL-ZER")
+    assert miss.returncode == 2 and "did you mean RLG-KL-ZERO" in miss.stderr
+
+
+def test_a_later_pack_replaces_a_default_rule_with_the_same_id(tmp_path):
+    from rlguard.rulespec import load_packs
+
+    mine = tmp_path / "tuned.yaml"
+    mine.write_text('apiVersion: rlguard/v1\npack: tuned\nversion: "1"\nrules:\n  - id: RLG-KL-ZERO\n'
+                    '    kind: kl_low\n    severity: warning\n    description: our KL-zero rule, only a warning\n'
+                    '    metric: kl\n    detector: threshold\n    params: {below: 1.0e-9}\n')
+    packs = load_packs([mine], with_default=True)
+    rules = [r for p in packs for r in p.rules if r.id == "RLG-KL-ZERO"]
+    assert len(rules) == 1 and rules[0].severity.value == "warning"
+    assert sum(len(p.rules) for p in packs) == sum(len(p.rules) for p in load_packs(None))

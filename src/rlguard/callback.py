@@ -40,16 +40,21 @@ logger = hf_logging.get_logger("rlguard")
 class RLGuardCallback(TrainerCallback):
     """rlguard's watchdog as a transformers callback.
 
-    ``rules``: rule pack paths (default: the shipped default pack) or loaded packs.
+    ``rules``: rule pack paths or loaded packs, added to the shipped default pack
+    (``default_rules=False``: instead of it).
     ``notifiers``: callables that receive each :class:`~rlguard.alerts.Alert` (rank 0 only).
     ``baselines``: regression baselines per metric, as ``rlguard check --baseline``.
     """
 
     def __init__(self, rules: Iterable[str | os.PathLike] | list[RulePack] | None = None,
                  notifiers: Iterable[Callable[[Alert], None]] = (), run: str | None = None,
-                 baselines: dict[str, float] | None = None, stop_file: str = STOP_FILE) -> None:
+                 baselines: dict[str, float] | None = None, stop_file: str = STOP_FILE,
+                 default_rules: bool = True) -> None:
         rules = list(rules) if rules is not None else None
-        self.packs = rules if rules and isinstance(rules[0], RulePack) else load_packs(rules)
+        if rules and isinstance(rules[0], RulePack):
+            self.packs = (load_packs(None) if default_rules else []) + rules
+        else:
+            self.packs = load_packs(rules, with_default=default_rules)
         self.notifiers = list(notifiers)
         self.run = run
         self.baselines = dict(baselines or {})

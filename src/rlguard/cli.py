@@ -68,7 +68,9 @@ def _add_check(sub) -> None:
                                 "checkpoint-N/, a W&B run dir, an MLflow run dir) or an MLflow server run "
                                 "(mlflow+http://host:5000/runs/RUN_ID)")
     c.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
-                   help="rule pack file or folder (repeatable; default: the shipped default pack)")
+                   help="a rule pack file or folder, added to the default pack (repeatable; a rule with the "
+                        "id of a default rule replaces it)")
+    c.add_argument("--no-default-rules", action="store_true", help="use only the --rules packs")
     c.add_argument("--input-format", choices=sorted(READERS), help="override format detection")
     c.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
     c.add_argument("--baseline", action="append", default=[], metavar="METRIC=VALUE",
@@ -92,7 +94,9 @@ def _add_daemon(sub) -> None:
                         "(mlflow+http://host:5000); repeatable")
     d.add_argument("--state-dir", help="durable state (SQLite): offsets, watchdog states, outbox")
     d.add_argument("--listen", help="HOST:PORT for /metrics and /healthz (default 127.0.0.1:9108)")
-    d.add_argument("--rules", action="append", metavar="PATH", help="rule packs (default: the shipped pack)")
+    d.add_argument("--rules", action="append", metavar="PATH",
+                   help="a rule pack file or folder, added to the default pack (repeatable)")
+    d.add_argument("--no-default-rules", action="store_true", help="use only the --rules packs")
     d.add_argument("--slack-webhook-url-file", help="file holding the Slack incoming-webhook URL "
                                                     "(or set RLGUARD_SLACK_WEBHOOK_URL)")
     d.add_argument("--config", help="YAML daemon config (flags override it)")
@@ -127,6 +131,10 @@ def _add_rules(sub) -> None:
     rt = rsub.add_parser("test", help="run rule unit tests (input series -> expected alerts)")
     rt.add_argument("paths", nargs="*", help="test files or folders (default: the shipped rules/tests)")
     rt.set_defaults(func=cmd_rules_test)
+    re_ = rsub.add_parser("explain", help="what a rule watches, assumes, gets wrong, and its tests")
+    re_.add_argument("rule_id", metavar="ID")
+    re_.add_argument("--rules", action="append", metavar="FILE_OR_DIR", help="packs added to the default")
+    re_.set_defaults(func=cmd_rules_explain)
     rl = rsub.add_parser("list", help="list the rules in use")
     rl.add_argument("--rules", action="append", metavar="FILE_OR_DIR")
     rl.set_defaults(func=cmd_rules_list)
@@ -155,7 +163,8 @@ def parse_baselines(items: list[str]) -> dict[str, float]:
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import run_check
 
-    return run_check(args.path, rules=args.rules, input_format=args.input_format, out_format=args.format,
+    return run_check(args.path, rules=args.rules, default_rules=not args.no_default_rules,
+                     input_format=args.input_format, out_format=args.format,
                      baselines=parse_baselines(args.baseline), decisions=args.decisions,
                      run=args.run or run_name(args.path), chunk=CHUNK)
 
@@ -171,6 +180,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
     cfg = load_config(args.config, {"watch": args.watch, "state_dir": args.state_dir, "listen": args.listen,
                                     "rules": args.rules, "poll_interval": args.poll_interval,
+                                    "default_rules": False if args.no_default_rules else None,
                                     "stall_after": args.stall_after, "eval_interval": args.eval_interval})
     if args.slack_webhook_url_file:
         cfg.slack.webhook_url_file = args.slack_webhook_url_file
@@ -215,10 +225,29 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
             else:
                 pack = load_pack(f)
                 print(f"OK {f}: pack {pack.pack} {pack.version}, {len(pack.rules)} rules")
+                from .explain import unknown_metrics
+
+                for warning in unknown_metrics(pack):
+                    print(f"warning: {f}: {warning}", file=sys.stderr)
         except InputError as exc:
             print(f"FAILED {exc}", file=sys.stderr)
             bad += 1
     return 2 if bad else 0
+
+
+def cmd_rules_explain(args: argparse.Namespace) -> int:
+    from .explain import explain, find_rule, similar_ids
+    from .ruletests import find_test_files
+    from .rulespec import load_packs
+
+    packs = load_packs(args.rules, with_default=True)
+    hit = find_rule(packs, args.rule_id)
+    if hit is None:
+        close = similar_ids(packs, args.rule_id)
+        raise InputError(f"no rule {args.rule_id!r}" + (f"; did you mean {', '.join(close)}?" if close else
+                                                          "; see: rlguard rules list"))
+    sys.stdout.write(explain(*hit, find_test_files(None)))
+    return 0
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:

@@ -46,13 +46,16 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
                 w(f"  {k}: {h}\n")
     w("\nDecision:\n")
     if stop is not None and stop.alert is not None:
+        # one checkpoint to keep: the best evaluation before the stop (what a live run kept)
         a = stop.alert
-        keep = f"; keep the checkpoint of step {a.checkpoint_step}" if a.checkpoint_step is not None else ""
+        keep = (f"; the checkpoint to keep: step {a.checkpoint_step} (best {best[0]} before the stop)"
+                if a.checkpoint_step is not None and best is not None else
+                f"; the checkpoint to keep: step {a.checkpoint_step}" if a.checkpoint_step is not None else "")
         w(f"  rlguard would have STOPPED the run at step {a.step} ({a.kind}, rule {a.rule}){keep}.\n")
     else:
         w("  no stop: the run would have continued to the end.\n")
-    if best is not None:
-        w(f"  best {best[0]} = {fmt(best[1])} at step {best[2]}: the checkpoint to keep.\n")
+        if best is not None:
+            w(f"  best {best[0]} = {fmt(best[1])} at step {best[2]}: the checkpoint to keep.\n")
     ckpts = [d for d in decisions if d.action is Action.CHECKPOINT]
     if ckpts:
         w(f"  checkpoint decisions: {len(ckpts)} (steps " + ", ".join(str(d.step) for d in ckpts[:12])

@@ -224,13 +224,22 @@ def _is_pack(path: Path) -> bool:
     return "apiVersion" in head and "rules:" in head
 
 
-def load_packs(paths: list[str | Path] | None = None) -> list[RulePack]:
-    packs = [load_pack(p) for p in rule_files(paths)]
-    seen: dict[str, str] = {}
-    for pack in packs:
+def load_packs(paths: list[str | Path] | None = None, with_default: bool = False) -> list[RulePack]:
+    """The packs of ``paths`` (files or folders; none: the default pack). ``with_default``
+    puts the default pack first, and the packs given add to it (what ``--rules`` does on the
+    command line; ``--no-default-rules`` replaces it). A rule whose id an earlier pack already
+    defines replaces that rule (a team's tuned copy of a default rule); within one pack an id
+    is unique."""
+    files = rule_files(paths) if paths else []
+    if with_default or not files:
+        default = DEFAULT_PACK.resolve()
+        files = [DEFAULT_PACK] + [f for f in files if Path(f).resolve() != default]
+    packs = [load_pack(p) for p in files]
+    owner: dict[str, int] = {}
+    for i, pack in enumerate(packs):
         for rule in pack.rules:
-            if rule.id in seen:
-                raise RuleError(f"rule id {rule.id!r} is defined in pack {seen[rule.id]!r} too",
-                                path=pack.pack, field="id")
-            seen[rule.id] = pack.pack
+            if rule.id in owner:
+                j = owner[rule.id]
+                packs[j] = packs[j].model_copy(update={"rules": [r for r in packs[j].rules if r.id != rule.id]})
+            owner[rule.id] = i
     return packs

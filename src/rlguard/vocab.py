@@ -63,6 +63,10 @@ class Vocabulary:
         self._ignored_suffixes = WANDB_AGGREGATES
         self.summary_markers = frozenset(self.table.summary_markers)
 
+    def known_names(self) -> frozenset[str]:
+        """Canonical names and exact aliases: the names a rule's ``metrics`` can usefully use."""
+        return frozenset(self._exact)
+
     def lookup(self, raw: str) -> tuple[str, int] | None:
         """``(canonical, priority)`` for a raw name (lower priority wins), or None."""
         try:

@@ -30,21 +30,29 @@ M = TypeVar("M", bound=BaseModel)
 
 def load_model(path: str | Path, model: type[M],
                name_field: Callable[[Any, list[Any], str], str] | None = None) -> M:
-    """Load a YAML file into a pydantic model; the first problem raises RuleError naming the
-    file, the line and the dotted field (``name_field`` may enrich the field, e.g. with an id)."""
+    """Load a YAML file into a pydantic model; problems raise one RuleError naming the file, the
+    line and the dotted field of each problem, all of them at once (``name_field`` may enrich
+    the field, e.g. with a rule id)."""
     path = Path(path)
     data, root = load_yaml_with_positions(path)
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # union tags
-        line, field = error_location(root, loc)
-        msg = "field required" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
-        if name_field is not None:
-            field = name_field(data, loc, field)
-        more = f" (and {exc.error_count() - 1} more problem(s))" if exc.error_count() > 1 else ""
-        raise RuleError(msg + more, path=str(path), line=line, field=field) from None
+        found = []
+        for err in exc.errors():
+            loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # union tags
+            line, field = error_location(root, loc)
+            msg = "field required" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+            if name_field is not None:
+                field = name_field(data, loc, field)
+            found.append((line or 0, field, msg))
+        found = sorted(set(found), key=lambda t: (t[0], t[1] or ""))
+        line, field, msg = found[0]
+        # every problem of the file at once, one per line, in file order
+        more = "".join(f"\n  {path}:{ln}: {f}: {m}" if ln else f"\n  {path}: {f}: {m}" for ln, f, m in found[1:])
+        if len(found) > 1:
+            msg += f" ({len(found)} problems in this file; the others:){more}"
+        raise RuleError(msg, path=str(path), line=line or None, field=field) from None
 
 
 #: libyaml's safe loader when PyYAML was built with it (10x faster on a 1,000-line pack; the

@@ -83,7 +83,7 @@ def test_daemon_beside_real_trl_run_one_run_one_message_stopped_by_stop_file(tmp
     args = GRPOConfig(output_dir=str(out), max_steps=60, per_device_train_batch_size=16, num_generations=4,
                       max_completion_length=6, logging_steps=1, save_strategy="steps", save_steps=4,
                       report_to=["tensorboard"], use_cpu=True, bf16=False, seed=0, disable_tqdm=True)
-    cb = RLGuardCallback(rules=[str(quiet)])
+    cb = RLGuardCallback(rules=[str(quiet)], default_rules=False)
     trainer = GRPOTrainer(model=model, reward_funcs=constant, args=args, train_dataset=data,
                           processing_class=tok, callbacks=[cb])
     trainer.train()

@@ -54,6 +54,7 @@ class DaemonConfig(BaseModel):
     state_dir: str = ".rlguard-daemon"
     listen: str = "127.0.0.1:9108"
     rules: list[str] | None = None
+    default_rules: bool = Field(True, description="the packs in 'rules' add to the default pack (false: replace it)")
     poll_interval: float = Field(2.0, gt=0, description="seconds between reads of the logs")
     eval_interval: float = Field(10.0, ge=0, description="seconds between rule evaluations of a run (records are "
                                                           "batched in between; 0: at every poll)")

@@ -40,7 +40,7 @@ class Daemon:
     def __init__(self, cfg: DaemonConfig, dispatcher=None, clock=time.time) -> None:
         self.cfg = cfg
         self.clock = clock
-        self.packs = load_packs(cfg.rules)
+        self.packs = load_packs(cfg.rules, with_default=cfg.default_rules)
         self.store = Store(cfg.state_dir)
         self.dispatcher = dispatcher
         self.runs: dict[str, RunMonitor] = {}
@@ -284,7 +284,7 @@ class Daemon:
 
     def reload_rules(self) -> bool:
         try:
-            packs = load_packs(self.cfg.rules)
+            packs = load_packs(self.cfg.rules, with_default=self.cfg.default_rules)
         except RLGuardError as exc:
             log.error("rules not reloaded, keeping the old ones: %s", exc)
             return False
