@@ -13,8 +13,8 @@ delivers to a local Slack stand-in (a webhook HTTP server in this process). Mean
 Expected alerts are those of ``rlguard check`` on each run's complete log (what the trainer
 wrote, in order). Delivered alerts are read from the messages Slack received (matched to the
 daemon's outbox to know their alerts). Reported: expected vs delivered (run, rule) pairs, lost,
-unexpected, and firing alerts delivered twice (and how many of those repeats the daemon flagged
-as a possible duplicate: a delivery interrupted by a kill is retried, flagged), and the delivery delay after the outage.
+unexpected, and messages delivered twice (and how many of those repeats the daemon flagged as a
+possible duplicate: a delivery interrupted by a kill is retried, flagged), and the delivery delay after the outage.
 
     python bench/daemon_faults.py [--runs 12] [--steps 300] [--kills 10] [--outage 60] [--seed 0]
 """
@@ -191,20 +191,22 @@ def delivered_alerts(state: Path, received: list[tuple[float, dict]]):
     pending = db.execute("SELECT COUNT(*) FROM outbox WHERE state = 'pending'").fetchone()[0]
     db.close()
     firing: dict[tuple[str, str, int], int] = {}
-    flagged = unmatched = 0
+    times: dict[str, int] = {}  # message key -> deliveries (a group's update repeats its firing alerts:
+    flagged = unmatched = 0     # a duplicate is the same message delivered twice)
     for _, body in received:
         hit = rendered.get(json.dumps([body.get("text"), body.get("blocks", [])[:-1]]))
         if hit is None:
             unmatched += 1
             continue
-        _, dup, alerts = hit
+        key, dup, alerts = hit
+        times[key] = times.get(key, 0) + 1
+        flagged += dup and times[key] > 1  # a repeat the daemon said might be one
         for a in alerts:
             if a.status == "firing":
-                key = (a.run, a.rule, a.step)
-                firing[key] = firing.get(key, 0) + 1
-                if dup and firing[key] > 1:
-                    flagged += 1  # a second delivery the daemon said might be one
-    return firing, flagged, unmatched, pending
+                k = (a.run, a.rule, a.step)
+                firing[k] = firing.get(k, 0) + 1
+    dups = {k: n for k, n in times.items() if n > 1}
+    return firing, dups, flagged, unmatched, pending
 
 
 def main(argv=None) -> int:
@@ -270,7 +272,7 @@ def main(argv=None) -> int:
     last, quiet_since = -1, time.time()
     while time.time() < deadline:  # until the daemon has delivered everything it queued
         time.sleep(5)
-        firing, flagged, unmatched, pending = delivered_alerts(state, slack.received)
+        firing, dups, flagged, unmatched, pending = delivered_alerts(state, slack.received)
         got = {(r, rule) for r, rule, _ in firing}
         if pending == 0 and (expected <= got or time.time() - quiet_since > 30):
             break  # all there, or nothing queued and nothing new for 30 s
@@ -280,7 +282,7 @@ def main(argv=None) -> int:
                   "delivered", flush=True)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
-    firing, flagged, unmatched, pending = delivered_alerts(state, slack.received)
+    firing, dups, flagged, unmatched, pending = delivered_alerts(state, slack.received)
     got = {(r, rule) for r, rule, _ in firing}
     lost = expected - got
     extra = got - expected
@@ -292,15 +294,14 @@ def main(argv=None) -> int:
     cleared = set(re.findall(r"\[(\w+)\] resolved \w+ \w+ \(([\w-]+)\)", (tmp / "daemon.log").read_text()))
     transient = {k for k in lost if k in cleared}
     lost -= transient
-    dups = {k: n for k, n in firing.items() if n > 1}
     unflagged = sum(n - 1 for n in dups.values()) - flagged
     after = [t for t, _ in slack.received if outage_started and t > outage_started + args.outage]
     delay = (min(after) - (outage_started + args.outage)) if after else float("nan")
     print(f"alerts expected (rlguard check on the complete logs): {len(expected)} (run, rule) pairs")
     print(f"delivered: {len(expected & got)}; not sent because they cleared before their group was told "
-          f"(by design): {len(transient)}; lost: {len(lost)}; unexpected: {len(extra)}; firing alerts "
-          f"delivered twice: {len(dups)} ({flagged} of the repeats flagged 'possible duplicate' by the daemon, "
-          f"{unflagged} not); messages not matched: {unmatched}; still pending: {pending}")
+          f"(by design): {len(transient)}; lost: {len(lost)}; unexpected: {len(extra)}")
+    print(f"messages delivered twice: {len(dups)} ({flagged} of the repeats flagged 'possible duplicate' by the "
+          f"daemon, {unflagged} not); messages not matched: {unmatched}; still pending: {pending}")
     print(f"first delivery after the outage ended: {delay:.1f} s later; Slack received {len(slack.received)} "
           "message(s)")
     for what, items in (("lost", sorted(lost)), ("unexpected", sorted(extra)), ("duplicated", sorted(dups))):
