@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlguard", description="Training-health monitor for RL fine-tuning runs.")
     p.add_argument("--version", action="version", version=f"rlguard {_version()}")
     sub = p.add_subparsers(dest="command")
-    for add in (_add_check, _add_daemon, _add_report, _add_rules):
+    for add in (_add_check, _add_daemon, _add_status, _add_stop, _add_report, _add_rules):
         add(sub)
     return p
 
@@ -120,6 +120,26 @@ def _add_report(sub) -> None:
     rp.add_argument("--rules", action="append", metavar="PATH", help="rule packs (default: the shipped pack)")
     rp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     rp.set_defaults(func=cmd_report)
+
+
+def _add_status(sub) -> None:
+    st = sub.add_parser("status", help="runs, firing alerts and pending stop requests of a running daemon")
+    st.add_argument("--daemon", default="http://127.0.0.1:9108", metavar="URL",
+                    help="the daemon's --listen address (default http://127.0.0.1:9108)")
+    st.add_argument("--format", choices=["text", "json"], default="text")
+    st.set_defaults(func=cmd_status)
+
+
+def _add_stop(sub) -> None:
+    sp = sub.add_parser("stop", help="ask a run to stop: through a running daemon, or by writing its stop file",
+                        description="RUN is a run name the daemon watches (see rlguard status), or a run "
+                                    "directory: then RLGUARD_STOP is written there directly.")
+    sp.add_argument("run", metavar="RUN")
+    sp.add_argument("--reason", required=True, help="why (shown to the run and in its stop record)")
+    sp.add_argument("--daemon", default="http://127.0.0.1:9108", metavar="URL")
+    sp.add_argument("--state-dir", help="the daemon's state dir (its control.token authorises the request)")
+    sp.add_argument("--token-file", help="a file holding the daemon's control token")
+    sp.set_defaults(func=cmd_stop)
 
 
 def _add_rules(sub) -> None:
@@ -197,6 +217,39 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     except (OSError, sqlite3.Error) as exc:
         raise InputError(f"cannot start: {exc}") from None
     return daemon.run_forever()
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    import json
+    import time
+
+    from .control import get_status
+
+    st = get_status(args.daemon)
+    if args.format == "json":
+        print(json.dumps(st, indent=2))
+        return 0
+    print(f"rlguard daemon at {args.daemon}: {st['health']}, {len(st['runs'])} run(s)"
+          + "".join(f"\n  problem: {p}" for p in st.get("problems") or []))
+    rows = [("RUN", "LAST STEP", "UPDATED", "FIRING", "STOP")]
+    now = time.time()
+    for r in st["runs"]:
+        ago = f"{(now - r['last_update']) / 60:.0f} min ago" if r["last_update"] else "-"
+        firing = ", ".join(sorted({f"{a['kind']} ({a['severity']})" for a in r["firing"]})) or "-"
+        rows.append((r["run"], str(r["last_step"] if r["last_step"] is not None else "-"), ago, firing,
+                     r["stop"] or "-"))
+    widths = [max(len(x[i]) for x in rows) for i in range(len(rows[0]))]
+    for x in rows:
+        print("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(x)).rstrip())
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from .control import request_stop
+
+    print(request_stop(args.run, args.reason, daemon=args.daemon, state_dir=args.state_dir,
+                       token_file=args.token_file))
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:

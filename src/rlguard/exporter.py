@@ -17,6 +17,7 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
 """
 from __future__ import annotations
 
+import hmac
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -119,12 +120,14 @@ def _health(daemon) -> str:
 
 
 def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float = 30.0) -> ThreadingHTTPServer:
-    """Serve ``/metrics`` and ``/healthz`` in a background thread; ``.shutdown()`` stops it."""
+    """Serve ``/metrics``, ``/healthz``, ``/status`` and ``POST /stop`` in a background thread;
+    ``.shutdown()`` stops it."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RLGuardCollector(daemon))
 
     class Handler(BaseHTTPRequestHandler):
         timeout = idle_timeout  # an idle or half-open connection frees its thread
+
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path.split("?")[0] == "/metrics":
                 body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
@@ -134,8 +137,31 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
                 body = json.dumps({"status": word, "problems": detail.split("; ") if detail else [],
                                    "runs": len(daemon.runs), "last_poll": daemon.last_poll}).encode()
                 ctype, code = "application/json", 200 if word in ("ok", "starting") else 503
+            elif self.path.split("?")[0] == "/status":
+                body, ctype, code = json.dumps(daemon.status(), allow_nan=False).encode(), "application/json", 200
             else:
-                body, ctype, code = b"not found: try /metrics or /healthz\n", "text/plain", 404
+                body, ctype, code = b"not found: try /metrics, /healthz or /status\n", "text/plain", 404
+            self._reply(code, ctype, body)
+
+        def do_POST(self):  # noqa: N802
+            """``/stop`` {"run", "reason"} with ``Authorization: Bearer <token>`` (the daemon's
+            control token: ``control.token`` in its state dir, readable by its owner only)."""
+            if self.path.split("?")[0] != "/stop":
+                return self._reply(404, "text/plain", b"not found: POST /stop\n")
+            token = getattr(daemon, "control_token", None)
+            sent = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not token or not hmac.compare_digest(sent.encode(), token.encode()):
+                return self._reply(403, "application/json", b'{"error": "a valid control token is required"}')
+            try:
+                length = min(int(self.headers.get("Content-Length", 0)), 65536)
+                req = json.loads(self.rfile.read(length) or b"{}")
+                run, reason = str(req["run"]), str(req.get("reason") or "stop requested by a person")
+            except (ValueError, KeyError, TypeError):
+                return self._reply(400, "application/json", b'{"error": "send JSON {\\"run\\": NAME, \\"reason\\": TEXT}"}')
+            code, answer = daemon.stop_run(run, reason[:2000])
+            self._reply(code, "application/json", json.dumps(answer).encode())
+
+        def _reply(self, code: int, ctype: str, body: bytes) -> None:
             self.send_response(code)
             self.send_header("Content-Type", ctype)
             self.send_header("Content-Length", str(len(body)))
