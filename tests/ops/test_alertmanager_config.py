@@ -35,15 +35,20 @@ def routed_to(labels: dict) -> str:
 
 
 def test_every_rlguard_alert_goes_to_slack_and_nothing_else_does():
-    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
+    """With the chart's alertPath=alertmanager, every rlguard alert reaches Slack through
+    Alertmanager; with alertPath=daemon (the default) none does: the daemon sent it already."""
+    rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"] if "alert" in r]
     for rule in rules:
         labels = {"alertname": rule["alert"], "run": "grpo-7b", **rule["labels"]}
-        assert routed_to(labels) == "rlguard-slack", rule["alert"]
+        assert routed_to({**labels, "notify": "alertmanager"}) == "rlguard-slack", rule["alert"]
+        assert routed_to({**labels, "notify": "daemon"}) == "rlguard-daemon-sends", rule["alert"]
     assert routed_to({"alertname": "NodeDown", "severity": "critical"}) == "default"
 
 
 def test_grouping_repeats_and_resolved():
     route = next(r for r in config()["route"]["routes"] if r["receiver"] == "rlguard-slack")
+    daemon = next(r for r in config()["receivers"] if r["name"] == "rlguard-daemon-sends")
+    assert set(daemon) == {"name"}  # no integration: nobody is paged twice
     assert route["matchers"] == ['source="rlguard"']
     assert route["group_by"] == ["run"]
     assert route["repeat_interval"] == "4h"

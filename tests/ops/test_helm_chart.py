@@ -255,6 +255,7 @@ def test_prometheus_operator_resources(renders):
             assert ("alert" in r) != ("record" in r) and r["expr"], r
             if "alert" in r:
                 assert r["labels"]["team"] == "ml-infra"  # prometheusRule.ruleLabels
+                assert r["labels"]["notify"] == "daemon"  # one alert path: the daemon's Slack sends
     assert not [d for d in renders["default.yaml"] if (d["apiVersion"], d["kind"]) in CRDS]
 
 
@@ -264,6 +265,7 @@ def test_prometheus_rule_keeps_the_file_groups(chart, tmp, renders):
     for g in rendered:
         for r in g["rules"]:
             r.get("labels", {}).pop("team", None)
+            r.get("labels", {}).pop("notify", None)  # the chart's alertPath label
             if "labels" in r and not r["labels"]:
                 del r["labels"]
     for g in source:
@@ -376,3 +378,15 @@ def test_dockerfile_lint():
     copied = [src for ln in lines if ln.startswith("COPY ") for src in ln.split()[1:-1]]
     assert all((REPO / p.rstrip("/")).exists() for p in copied), copied
     assert "/opt/rlguard/rules" in code  # the chart's rulesIncludeDefault path
+
+
+def test_one_alert_path_never_both(chart, tmp):
+    """alertPath=alertmanager with the daemon's Slack on would page everyone twice: refused."""
+    both = helm("template", "rlguard", chart, *values_args("full.yaml"), "--set", "alertPath=alertmanager",
+                tmp=tmp, check=False)
+    assert both.returncode != 0 and "paged twice" in both.stderr
+    am = render(chart, tmp, *values_args("full.yaml"), "--set", "alertPath=alertmanager",
+                "--set", "slack.existingSecret=")
+    (rule,) = [d for d in am if d["kind"] == "PrometheusRule"]
+    labels = [r["labels"] for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r]
+    assert labels and all(x["notify"] == "alertmanager" for x in labels)

@@ -110,10 +110,10 @@ sets win).
 {{- if not $doc.groups }}
 {{- fail "files/prometheus-rules.yaml has no groups" }}
 {{- end }}
-{{- $extra := .Values.prometheusRule.ruleLabels }}
+{{- $extra := merge (deepCopy (default (dict) .Values.prometheusRule.ruleLabels)) (dict "notify" (include "rlguard.alertPath" .)) }}
 {{- range $g := $doc.groups }}
 {{- range $r := $g.rules }}
-{{- if and $extra (hasKey $r "alert") }}
+{{- if hasKey $r "alert" }}
 {{- $_ := set $r "labels" (merge (deepCopy (default (dict) $r.labels)) $extra) }}
 {{- end }}
 {{- end }}
@@ -130,4 +130,20 @@ annotation, a stop command...): it would land in a manifest and in the release h
 {{- if regexMatch "hooks\\.slack\\.com/|xox[abpr]-[0-9A-Za-z-]{10,}" $all }}
 {{- fail "a Slack webhook URL or token is in the values: keep it in a Secret and set slack.existingSecret (and slack.key)" }}
 {{- end }}
+{{- end }}
+
+{{/*
+The one alert path of a deployment (alertPath): "daemon" (the daemon's Slack; Prometheus alerts
+carry notify="daemon" and the example Alertmanager route keeps them off the pager) or
+"alertmanager" (Alertmanager sends; the daemon's own Slack must be off). Never both.
+*/}}
+{{- define "rlguard.alertPath" -}}
+{{- $path := default "daemon" .Values.alertPath }}
+{{- if not (has $path (list "daemon" "alertmanager")) }}
+{{- fail (printf "alertPath is daemon or alertmanager, not %q" $path) }}
+{{- end }}
+{{- if and (eq $path "alertmanager") .Values.slack.existingSecret }}
+{{- fail "alertPath=alertmanager sends through Alertmanager, and slack.existingSecret makes the daemon send too: a person would be paged twice. Unset slack.existingSecret, or use alertPath=daemon" }}
+{{- end }}
+{{- $path -}}
 {{- end }}
