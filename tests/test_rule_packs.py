@@ -166,7 +166,9 @@ def test_rule_on_a_metric_nothing_produces_is_a_warning(tmp_path):
                     '    detector: threshold\n    params: {below: 0.001}\n')
     r = _cli("rules", "check", pack)
     assert r.returncode == 0 and "metric 'kll' is not a name rlguard knows" in r.stderr and "did you mean kl" in r.stderr
-    ok = _cli("rules", "check", "rules/default.yaml")
+    from rlguard.paths import DEFAULT_PACK
+
+    ok = _cli("rules", "check", DEFAULT_PACK)
     assert ok.returncode == 0 and "warning" not in ok.stderr  # every default rule watches a known name
 
 

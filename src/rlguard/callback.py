@@ -104,9 +104,9 @@ class RLGuardCallback(TrainerCallback):
         else:
             found = "alerts: none"
         logger.warning("%s; %s", head, found)
-        if cov["idle"]:
-            logger.info("rlguard: rules with nothing to watch (their metrics were never logged): %s; "
-                        "metrics logged: %s", ", ".join(cov["idle"]), ", ".join(cov["raw"]))
+        idle = wd.idle_note()
+        if idle:
+            logger.warning("rlguard: %s", idle)
         self.trackers.close()
         return control
 

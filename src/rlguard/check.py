@@ -28,7 +28,8 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
 
         raise LogFormatError(f"no training records found ({fmt_name} format; {stats.lines} lines read)",
                              path=path, line=stats.first_bad_line)
-    notes = _notes(wd, stats) + _coverage(wd, packs)
+    idle = wd.idle_note()
+    notes = _notes(wd, stats) + ([idle] if idle else [])
     if out_format == "json":
         for note in notes:
             print(f"rlguard: {path}: {note}", file=sys.stderr)
@@ -83,24 +84,6 @@ def _emit_json(out, ds: list[Decision], with_decisions: bool, run: str) -> None:
             out.write(json.dumps({"run": run, "rule": "best-checkpoint", "kind": d.kind, "severity": "info",
                                   "action": "checkpoint", "step": d.step, "metric": "", "value": None,
                                   "message": d.reason}) + "\n")
-
-
-def _coverage(wd: Watchdog, packs) -> list[str]:
-    """Rules that had nothing to watch: the user's own by id (a typo in a metric name shows
-    here), the default pack's by count (a GRPO log has no DPO metrics), and what was there."""
-    cov = wd.coverage()
-    if not cov["idle"]:
-        return []
-    default_ids = {r.id for p in packs if p.pack == "default" for r in p.rules}
-    mine = [i for i in cov["idle"] if i not in default_ids]
-    theirs = len(cov["idle"]) - len(mine)
-    parts = []
-    if mine:
-        parts.append(f"rule(s) with nothing to watch (their metrics were never logged): {', '.join(mine)}")
-    if theirs:
-        parts.append(f"{theirs} default rule(s) had nothing to watch")
-    present = ", ".join(cov["raw"][:40]) + (" ..." if len(cov["raw"]) > 40 else "")
-    return ["; ".join(parts) + f"; metrics present: {present}"]
 
 
 def _notes(wd: Watchdog, stats) -> list[str]:

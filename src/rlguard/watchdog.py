@@ -256,6 +256,23 @@ class Watchdog:
         return {"rules": len(self.rules), "idle": idle, "metrics": sorted(seen),
                 "raw": sorted(set(self.naming.source.values()))}
 
+    def idle_note(self) -> str | None:
+        """One line on the rules that had nothing to watch: a pack's own rules by id (a misspelt
+        metric shows here), the default pack's by count (a GRPO log has no DPO metrics), and
+        the metrics that were there. None when every rule had something to watch."""
+        cov = self.coverage()
+        if not cov["idle"]:
+            return None
+        default_ids = {r.id for p in self.packs if p.pack == "default" for r in p.rules}
+        mine = [i for i in cov["idle"] if i not in default_ids]
+        parts = []
+        if mine:
+            parts.append(f"rule(s) with nothing to watch (their metrics were never logged): {', '.join(mine)}")
+        if len(cov["idle"]) > len(mine):
+            parts.append(f"{len(cov['idle']) - len(mine)} default rule(s) had nothing to watch")
+        present = ", ".join(cov["raw"][:40]) + (" ..." if len(cov["raw"]) > 40 else "")
+        return "; ".join(parts) + f"; metrics present: {present or 'none'}"
+
     def firing(self) -> list[Alert]:
         """Alerts currently firing (the latest firing alert of each firing rule instance)."""
         latest: dict[str, Alert] = {}

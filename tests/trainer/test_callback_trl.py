@@ -89,8 +89,10 @@ def test_learnable_reward_runs_to_the_end(tiny, tmp_path, caplog):
     out = tmp_path / "echo"
     with caplog.at_level("WARNING", logger="rlguard"):
         trainer = grpo(tiny, out, echo, 25, learning_rate=5e-4, beta=0.2)
-    (summary,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rlguard: ")]
-    assert "rules watched" in summary and "over 25 logged steps" in summary and summary.endswith("alerts: none")
+    (summary,) = [r.getMessage() for r in caplog.records if "rules watched" in r.getMessage()]
+    assert "over 25 logged steps" in summary and summary.endswith("alerts: none")
+    (idle,) = [r.getMessage() for r in caplog.records if "nothing to watch" in r.getMessage()]
+    assert "default rule(s) had nothing to watch" in idle and "metrics present:" in idle and "kl" in idle
     assert trainer.state.global_step == 25
     assert not (out / "rlguard" / "stop.json").exists()
     path = out / "rlguard" / "decisions.jsonl"

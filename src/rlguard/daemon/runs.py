@@ -59,6 +59,7 @@ class RunSnapshot:
     parse_errors: int
     dropped_metrics: int
     last_error: str | None
+    idle: str | None = None  # the rules that had nothing to watch, and the metrics present
 
 
 class RunMonitor:
@@ -173,7 +174,7 @@ class RunMonitor:
         return RunSnapshot(self.run, str(self.found.run_dir), self.log, {k: list(v) for k, v in info.latest.items()},
                            list(self.watchdog.firing()), dict(info.alerts_total), info.last_update, info.last_step,
                            info.stalled, info.stop_state or ("requested" if info.stopped else None), info.stopped,
-                           info.parse_errors, info.dropped_metrics, info.last_error)
+                           info.parse_errors, info.dropped_metrics, info.last_error, self.watchdog.idle_note())
 
     def check_stopped(self, now: float, quiet_after: float) -> Alert | None:
         """A requested stop becomes "stopped" once the run is seen to stop: its stop record

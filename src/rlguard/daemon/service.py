@@ -111,6 +111,7 @@ class Daemon:
             runs.append({"run": snap.run, "run_dir": snap.run_dir, "log": snap.log, "last_step": snap.last_step,
                          "last_update": snap.last_update, "stalled": snap.stalled, "stop": snap.stop_state,
                          "stop_reason": snap.stop_reason, "parse_errors": snap.parse_errors,
+                         "idle_rules": snap.idle,
                          "firing": [{"rule": a.rule, "kind": a.kind, "severity": a.severity, "metric": a.metric,
                                      "step": a.step, "message": a.message} for a in snap.firing]})
         return {"runs": sorted(runs, key=lambda r: r["run"]), "health": _health_word(self),
