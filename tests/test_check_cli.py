@@ -205,6 +205,11 @@ def test_decisions_flag_prints_best_checkpoints(tmp_path):
     best = [o for o in objs if o["kind"] == "new_best"]
     assert best[-1]["step"] == 45 and r.returncode == 0
     assert not [o for o in objs if o["severity"] == "critical"]
+    # the one decision shape, with the best metric and its value (not "" and null)
+    from rlguard.verdict import DECISION_KEYS
+
+    assert all(tuple(o) == DECISION_KEYS for o in objs)
+    assert best[-1]["metric"] == "val_reward" and best[-1]["value"] == 2.202 and best[-1]["run"] == "seed000_a"
 
 
 def test_run_directory(tmp_path):

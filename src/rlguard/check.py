@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
+from .verdict import decision_record
 from .watchdog import Watchdog
 
 
@@ -75,15 +76,13 @@ def gc_paused():
 
 
 def _emit_json(out, ds: list[Decision], with_decisions: bool, run: str) -> None:
+    """Alerts, and with ``--decisions`` new-best checkpoints, in the one decision shape
+    (:func:`rlguard.verdict.decision_record`, as ``decisions.jsonl``)."""
     import json
 
     for d in ds:
-        if d.alert is not None:
-            out.write(d.alert.to_json() + "\n")
-        elif with_decisions and d.action is Action.CHECKPOINT:
-            out.write(json.dumps({"run": run, "rule": "best-checkpoint", "kind": d.kind, "severity": "info",
-                                  "action": "checkpoint", "step": d.step, "metric": "", "value": None,
-                                  "message": d.reason}) + "\n")
+        if d.alert is not None or (with_decisions and d.action is Action.CHECKPOINT):
+            out.write(json.dumps(decision_record(d, run), ensure_ascii=False, allow_nan=False) + "\n")
 
 
 def _notes(wd: Watchdog, stats) -> list[str]:

@@ -63,6 +63,9 @@ def test_stop_request_goes_only_into_the_run_directory(tmp_path):
     assert (log.parent / "RLGUARD_STOP").is_file()
     stop = json.loads((log.parent / "RLGUARD_STOP").read_text())
     assert stop["kind"] == "reward_variance_collapse" and stop["source"] == "rlguard daemon"
+    from rlguard.verdict import STOP_KEYS
+
+    assert tuple(stop) == STOP_KEYS  # the one stop shape (callback, trainer, daemon, rlguard stop)
     assert not list(tmp_path.glob("**/pwned*"))
 
 

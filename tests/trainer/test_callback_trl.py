@@ -71,6 +71,10 @@ def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path, caplog):
     assert b"rlguard/alerts" in data and b"reward_variance_collapse" in data and b"rlguard/stop" in data
     assert [p for p in (out / "runs").glob("*/events.out.tfevents.*") if p.suffix != ".rlguard"]  # TRL's own
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
+    from rlguard.verdict import DECISION_KEYS, STOP_KEYS
+
+    assert tuple(stop) == STOP_KEYS and stop["source"] == "rlguard watchdog"  # the one stop shape
+    assert decisions and all(tuple(d) == DECISION_KEYS for d in decisions)  # the one decision shape
     # graded evidence: a warning may come first (3 tied records), the stop follows (5), all of one kind
     stops = [d for d in decisions if d["action"] == "stop"]
     assert stops and stops[0]["run"] == "const" and stops[0]["step"] == stop["step"]

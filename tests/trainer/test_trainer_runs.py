@@ -72,6 +72,10 @@ def test_injected_fault_is_stopped_with_its_kind(fault, tmp_path):
 
         assert (Path(stop["checkpoint"]) / "model" / "config.json").is_file()
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
+    from rlguard.verdict import DECISION_KEYS, STOP_KEYS
+
+    assert tuple(stop) == STOP_KEYS  # the same shapes as the callback, the daemon and check
+    assert all(tuple(d) == DECISION_KEYS for d in decisions)
     assert all(ALERT_KEYS <= set(d) for d in decisions)
     assert all(d["kind"] in {k.value for k in Kind} | {"new_best"} for d in decisions)
     assert any(d["kind"] == fault and d["action"] == ("stop" if stop["kind"] == fault else d["action"])
