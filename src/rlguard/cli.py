@@ -43,6 +43,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlguard: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # noqa: BLE001 - never a traceback, never the exit code of a verdict
+        import os
+        import traceback
+
+        if os.environ.get("RLGUARD_DEBUG"):
+            raise
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        print(f"rlguard: internal error (a bug: please report it, with RLGUARD_DEBUG=1 for the traceback): "
+              f"{type(exc).__name__}: {str(exc)[:300]} at {where.filename}:{where.lineno}", file=sys.stderr)
+        return INTERNAL_ERROR
+
+
+#: exit codes: 0 no alert, 1 alerts fired (a verdict), 2 unusable input or usage, 3 a bug in rlguard
+INTERNAL_ERROR = 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -59,7 +73,8 @@ def _add_check(sub) -> None:
 
     c = sub.add_parser("check", help="replay a training log through the watchdog",
                        description="Replay a training log through the watchdog and report alerts. "
-                                   "Exit 0: no warning/critical alert; 1: alerts fired; 2: unusable input.",
+                                   "Exit 0: no warning/critical alert; 1: alerts fired; 2: unusable input (one line "
+                                   "naming the file and line); 3: an internal error (a bug).",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="input formats (auto-detected):\n" + "\n".join(
                            f"  {n:14s} {r.summary}" for n, r in READERS.items()))

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .sources.base import NULL_BITS, LogRecord
+from .sources.base import MAX_STEP, NULL_BITS, LogRecord
 from .vocab import Vocabulary
 
 
@@ -89,7 +89,11 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
     and a record equal to the one before it (same step, same metrics) is dropped.
     """
     n = len(records)
-    steps_all = np.fromiter((r.step for r in records), dtype=np.int64, count=n)
+    try:
+        steps_all = np.fromiter((r.step for r in records), dtype=np.int64, count=n)
+    except (OverflowError, TypeError):  # a step no reader should have let through: clamp it
+        steps_all = np.array([min(max(int(r.step), 0), MAX_STEP) if isinstance(r.step, int) else 0
+                              for r in records], dtype=np.int64)
     drop = _duplicates(records, steps_all, prev)
     keys: set[str] = set()
     groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
@@ -137,6 +141,8 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
             order = np.argsort(idx, kind="stable")
             idx, vals = idx[order], vals[order]
         idx, vals = _resolve_nulls(idx, vals)
+        if idx.size == 0:
+            continue  # nothing logged yet: not a column of this chunk
         out.columns[name] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(name, 0.0))
     out.last = records[last_index] if last_index >= 0 else prev
     return out
@@ -151,6 +157,8 @@ def _resolve_nulls(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.nd
     if not null.any():
         return idx, vals
     real = idx[~null]
+    if real.size == 0:  # null in every record so far (an export whose eval columns are still empty)
+        return idx[:0], vals[:0]
     at = idx[null]
     pos = np.searchsorted(real, at)
     dense = (pos >= 3) & (real[np.maximum(pos - 3, 0)] == at - 3) & (real[np.maximum(pos - 1, 0)] == at - 1)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gzip
 import io
+import os
 import zlib
 from contextlib import contextmanager
 from typing import IO, Iterator
 
 from ..errors import LogFormatError
-from .base import ReadStats
+from .base import MAX_STEP, ReadStats
 
 #: keys that carry the step, in priority order (the first one present wins)
 STEP_KEYS = ("step", "_step", "global_step", "train/global_step")
@@ -48,11 +49,74 @@ def open_binary(path: str) -> IO[bytes]:
         f = open(path, "rb")  # noqa: SIM115 - returned to the caller
         magic = f.peek(2)[:2]
         if magic != _GZIP_MAGIC:
+            if os.fstat(f.fileno()).st_size > MAX_LINE:  # big enough to hold an over-long line
+                return _Bounded(f, str(path), float("inf"))
             return f
+        size = os.fstat(f.fileno()).st_size
         f.close()
-        return io.BufferedReader(gzip.open(path, "rb"))
+        return _Bounded(io.BufferedReader(gzip.open(path, "rb")), str(path),
+                        max(MIN_INFLATED, GZIP_RATIO * size))
     except OSError as exc:
         raise LogFormatError(f"cannot read: {exc.strerror or exc}", path=str(path)) from None
+
+
+#: a gzip log may inflate to GZIP_RATIO times its size (text logs compress 5-20x), at least
+#: MIN_INFLATED bytes; beyond that it is a gzip bomb, refused with an error naming the file
+GZIP_RATIO = 200
+MIN_INFLATED = 256 * 1024 * 1024
+#: a line longer than this is not held whole: it comes out as one bad line
+MAX_LINE = 16 * 1024 * 1024
+
+
+class _Bounded(io.RawIOBase):
+    """A decompressed stream with bounded memory: lines over MAX_LINE are replaced by a one-byte
+    bad line (counted by the reader as unusable), and inflating past ``limit`` bytes raises
+    LogFormatError naming the file."""
+
+    def __init__(self, f: IO[bytes], path: str, limit: int) -> None:
+        self.f, self.path, self.limit, self.total = f, path, limit, 0
+
+    def _count(self, data: bytes) -> bytes:
+        self.total += len(data)
+        if self.total > self.limit:
+            raise LogFormatError(f"decompresses to more than {self.limit // (1 << 20)} MB "
+                                 f"({GZIP_RATIO}x its size): a gzip bomb, or a log to decompress first",
+                                 path=self.path)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        if n is None or n < 0:
+            n = -1 if self.limit == float("inf") else int(self.limit + 1 - self.total)
+        return self._count(self.f.read(n))
+
+    def readinto(self, b) -> int:
+        data = self.read(len(b))
+        b[: len(data)] = data
+        return len(data)
+
+    def readline(self, limit: int = -1) -> bytes:
+        line = self._count(self.f.readline(MAX_LINE))
+        if len(line) == MAX_LINE and not line.endswith(b"\n"):
+            while True:  # skip the rest of an over-long line without holding it
+                rest = self._count(self.f.readline(MAX_LINE))
+                if not rest or rest.endswith(b"\n"):
+                    break
+            return b"\x00\n"
+        return line
+
+    def __iter__(self):
+        while True:
+            line = self.readline()
+            if not line:
+                return
+            yield line
+
+    def close(self) -> None:
+        self.f.close()
+        super().close()
 
 
 def read_head(path: str, size: int = HEAD_BYTES) -> bytes:
@@ -105,22 +169,28 @@ def short(value: object, limit: int = 60) -> str:
     """``repr`` of a value cut to ``limit`` characters, for messages."""
     if isinstance(value, (str, bytes)) and len(value) > limit:
         value = value[:limit]  # no 10 MB repr for a 10 MB string
-    text = repr(value)
+    if isinstance(value, int) and value.bit_length() > 200:
+        return f"<an integer of {len(str(value)) if value.bit_length() < 14000 else 'over 4,000'} digits>"
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):
+        return "<a deeply nested value>"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def to_step(value: object) -> int | None:
-    """An int step from an int, an integral float or a numeric string; None otherwise."""
+    """An int step in [0, MAX_STEP) from an int, an integral float or a numeric string; None
+    otherwise (the caller counts it as a bad record)."""
     cls = value.__class__
     if cls is int:
-        return value  # type: ignore[return-value]
+        return value if 0 <= value < MAX_STEP else None  # type: ignore[return-value,operator]
     if cls is str:
         try:
             value = float(value)  # type: ignore[arg-type]
-        except ValueError:
+        except (ValueError, OverflowError):
             return None
         cls = float
-    if cls is float and value.is_integer():  # type: ignore[union-attr]
+    if cls is float and value.is_integer() and 0 <= value < MAX_STEP:  # type: ignore[union-attr,operator]
         return int(value)  # type: ignore[arg-type]
     return None
 
@@ -142,7 +212,10 @@ def json_metric(key: str, value: object, metrics: dict[str, float], stats: ReadS
     """
     cls = value.__class__
     if cls is int:
-        metrics[key] = float(value)  # type: ignore[arg-type]
+        try:
+            metrics[key] = float(value)  # type: ignore[arg-type]
+        except OverflowError:  # a 400-digit integer: beyond float range, not a number
+            note_bad(stats, line, f"value of {key!r} is beyond float range: {short(value)}", value=True)
     elif value is None:
         if null is not None:
             metrics[key] = null
@@ -174,3 +247,24 @@ class StepFill:
             step = self.counter
         self.prev = step
         return step
+
+
+#: deepest nesting a log line may have; deeper lines are bad records, found before parsing
+MAX_DEPTH = 64
+_OPENERS = frozenset(b"[{")
+
+
+def too_deep(raw: bytes) -> bool:
+    """Whether a JSON line nests deeper than MAX_DEPTH, by a linear scan of its bytes (strings
+    removed first, so brackets inside them do not count): parsers recurse, and 100,000
+    brackets would reach Python's recursion limit."""
+    if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
+        return False
+    import re
+
+    import numpy as np
+
+    bare = re.sub(rb'"(?:[^"\\]|\\.)*"', b"", raw)
+    a = np.frombuffer(bare, dtype=np.uint8)
+    delta = (a == 91).astype(np.int32) + (a == 123) - (a == 93) - (a == 125)
+    return bool(delta.size) and int(np.cumsum(delta).max()) > MAX_DEPTH

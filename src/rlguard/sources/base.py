@@ -20,6 +20,14 @@ from typing import ClassVar, Iterator
 NULL_BITS = 0x7FF8_0000_0000_0A11
 NULL_NAN: float = struct.unpack("<d", struct.pack("<Q", NULL_BITS))[0]
 
+#: steps are integers in [0, MAX_STEP): 2**53, the largest range a float64 (W&B, TensorBoard,
+#: pandas) keeps exact. A step outside it is a bad record, skipped and counted.
+MAX_STEP = 2**53
+
+
+def sane_step(step: object) -> bool:
+    return step.__class__ is int and 0 <= step < MAX_STEP  # type: ignore[operator]
+
 
 @dataclass(slots=True)
 class LogRecord:

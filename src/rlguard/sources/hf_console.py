@@ -32,7 +32,9 @@ from typing import Any, Iterator
 from .base import LogRecord, ReadStats, Reader
 from ._common import note_bad, open_binary, reading, short, str_number, to_step
 
-_NUM = r"[-+]?(?:(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?|nan|inf(?:inity)?)"
+# unambiguous, so a failed match backtracks in linear time (``\d+\.?\d*`` could split a run of
+# 100,000 digits between its two parts in every way: quadratic, seconds per line)
+_NUM = r"[-+]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?|nan|inf(?:inity)?)"
 _KEY = r"\s*(?:'((?:[^'\\\n]|\\.)*)'|\"((?:[^\"\\\n]|\\.)*)\")\s*:\s*"
 _PAIR = re.compile(
     _KEY + rf"(?:({_NUM})"  # 1/2 key, 3 plain number

@@ -25,8 +25,9 @@ from __future__ import annotations
 import json
 from typing import IO, Any, Callable, Iterator
 
-from .base import NULL_NAN, LogRecord, ReadStats, Reader
-from ._common import STEP_KEYS, StepFill, json_metric, note_bad, open_binary, reading, short, to_step
+from .base import MAX_STEP, NULL_NAN, LogRecord, ReadStats, Reader
+from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, note_bad, open_binary, reading, short, to_step,
+                      too_deep)
 from ..errors import LogFormatError
 
 _raw_decode = json.JSONDecoder().raw_decode
@@ -53,6 +54,7 @@ except ImportError:  # pragma: no cover
     fast_loads = stdlib_loads
 
 _NAN = float("nan")
+_BAD = object()  # a step that makes the record unusable
 _FLOAT_ONLY = {float}
 
 
@@ -62,8 +64,14 @@ def slow_loads(raw: bytes, line: int, stats: ReadStats) -> Any:
     if not text:
         stats.skipped_lines += 1
         return None
+    if too_deep(raw):
+        note_bad(stats, line, f"nested deeper than {MAX_DEPTH} levels: not a log record")
+        return None
     try:
         return json.loads(text)
+    except RecursionError:
+        note_bad(stats, line, f"nested deeper than {MAX_DEPTH} levels: not a log record")
+        return None
     except ValueError as exc:
         cut = "truncated last line (no newline at end of file): " if raw[-1:] != b"\n" else ""
         note_bad(stats, line, f"{cut}invalid JSON: {exc}")
@@ -92,9 +100,11 @@ class JsonlReader(Reader):
             lines.pop()  # the head cut the last line
         parsed = events = 0
         for text in lines:
+            if too_deep(text.encode("utf-8", "replace")):
+                continue
             try:
                 obj = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             if isinstance(obj, dict):
                 parsed += 1
@@ -142,8 +152,10 @@ def _scan(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[list[LogRecord]
                 note_bad(stats, lineno, f"not a JSON object: {short(obj)}")
                 continue
             step = obj.pop("step", None)
-            if step is None or step.__class__ is not int:
+            if step is None or step.__class__ is not int or not 0 <= step < MAX_STEP:
                 step = _step_of(obj, step, stats, lineno, step_keys)
+                if step is _BAD:
+                    continue  # a step that is not an integer in [0, 2**53): a bad record, counted
             if set(map(type, obj.values())) != float_only:
                 obj = clean(obj, stats, lineno)
             append(record(fill(step), obj, lineno))
@@ -173,14 +185,16 @@ def _step_of(obj: dict[str, Any], popped: Any, stats: ReadStats, lineno: int,
     if popped is not None:
         step = to_step(popped)
         if step is None:
-            note_bad(stats, lineno, f"step is not an integer: {short(popped)}", value=True)
+            note_bad(stats, lineno, f"step is not an integer in [0, 2**53): {short(popped)}")
+            return _BAD
         return step
     for key in step_keys:
         if key in obj:
             value = obj.pop(key)
-            step = value if value.__class__ is int else to_step(value)
+            step = to_step(value)
             if step is None:
-                note_bad(stats, lineno, f"{key} is not an integer: {short(value)}", value=True)
+                note_bad(stats, lineno, f"{key} is not an integer in [0, 2**53): {short(value)}")
+                return _BAD
             return step
     # logs kept per epoch ({"epoch": 5, "val_loss": ...}) count epochs as steps; only a JSON
     # integer counts: transformers writes fractional epochs as floats (1.0 at a boundary)
@@ -195,9 +209,7 @@ def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:
         cls = value.__class__
         if cls is float:
             metrics[key] = value
-        elif cls is int:
-            metrics[key] = float(value)
-        else:
+        else:  # ints (a 400-digit one is beyond float range: not a number), null, strings...
             json_metric(key, value, metrics, stats, line, NULL_NAN)
     return metrics
 

@@ -30,7 +30,7 @@ import re
 from typing import Any, Iterator
 
 from .base import LogRecord, ReadStats, Reader
-from ._common import json_metric, note_bad, open_binary, reading, short, to_step
+from ._common import MAX_DEPTH, json_metric, note_bad, open_binary, reading, short, to_step, too_deep
 from ..errors import LogFormatError
 
 _WS = re.compile(r"[ \t\r\n]*")
@@ -57,7 +57,10 @@ class TrainerStateReader(Reader):
         with open_binary(path) as f, reading(path, stats):
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 chunks.append(chunk)
-        text = b"".join(chunks).decode("utf-8", "replace").lstrip("\ufeff")
+        raw = b"".join(chunks)
+        if too_deep(raw):  # found before parsing: the parser recurses
+            raise LogFormatError(f"nested deeper than {MAX_DEPTH} levels: not a trainer_state.json", path=str(path))
+        text = raw.decode("utf-8", "replace").lstrip("\ufeff")
         stats.lines = text.count("\n") + (not text.endswith("\n") and bool(text))
         prev = 0
         for line, entry in _entries(text, str(path), stats):
@@ -73,9 +76,9 @@ class TrainerStateReader(Reader):
             step = to_step(entry.get("step"))
             metrics.pop("step", None)
             if step is None:
-                if "step" in entry:
-                    note_bad(stats, line, f"step is not an integer: {short(entry['step'])}",
-                             value=True)
+                if "step" in entry:  # a step that is not an integer in [0, 2**53): a bad record
+                    note_bad(stats, line, f"step is not an integer in [0, 2**53): {short(entry['step'])}")
+                    continue
                 step = prev
             prev = step
             stats.records += 1
@@ -105,7 +108,9 @@ def _entries(text: str, path: str, stats: ReadStats) -> Iterator[tuple[int, Any]
                 _expect(text, pos, "}")
                 break
             pos += 1
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, and an integer of more than 4,300 digits
+        if not isinstance(exc, json.JSONDecodeError):
+            exc = json.JSONDecodeError(f"unusable value ({exc})".split(";")[0], text, pos)
         if not seen:
             raise _json_error(exc, path) from None
         stats.warnings.append(f"the file is cut short or corrupt after log_history "
@@ -130,7 +135,9 @@ def _walk_list(text: str, pos: int, path: str,
     while True:
         try:
             entry, end = _DECODER.raw_decode(text, pos)
-        except json.JSONDecodeError as exc:
+        except ValueError as exc:  # JSONDecodeError, and an integer of more than 4,300 digits
+            if not isinstance(exc, json.JSONDecodeError):
+                exc = json.JSONDecodeError(f"unusable value ({exc})".split(";")[0], text, pos)
             if done == 0:
                 raise _json_error(exc, path) from None
             return _salvaged(exc, done, stats)

@@ -1,0 +1,225 @@
+"""Hostile input for every reader: a seeded mutator over example logs of each format.
+
+For each format, ``--cases`` mutated copies of a real-looking seed log (byte flips, truncation,
+huge numbers, deep nesting, very long lines, NUL bytes, bad UTF-8, steps going backwards or
+huge, null/empty columns, ``.gz`` of it, a gzip bomb) are read through the reader's Python API
+and replayed through the watchdog, as ``rlguard check`` does. Reported per format: cases,
+uncaught exceptions (the target is 0), p99 time per case, and the process's peak RSS; then a
+sample through the ``rlguard check`` CLI whose exit codes must be 0, 1 or 2.
+
+    python bench/fuzz_readers.py [--cases 100000] [--seed 0] [--formats jsonl,csv,...] [--cli 200]
+
+``tests/test_fuzz_readers.py`` runs the same harness with a small budget in ``make test``.
+"""
+from __future__ import annotations
+
+import argparse
+import gzip
+import io
+import json
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from rlguard.errors import RLGuardError
+from rlguard.sources import open_reader
+from rlguard.watchdog import Watchdog
+
+
+def _rows(n: int = 30) -> list[dict]:
+    return [{"step": s, "loss": 0.5 - 0.001 * s, "reward": 0.2 + 0.01 * s, "reward_std": 0.3, "kl": 0.01 * s,
+             "eval/loss": None if s % 10 else 0.4} for s in range(1, n + 1)]
+
+
+def seeds() -> dict[str, bytes]:
+    """One small, valid log per format."""
+    rows = _rows()
+    out = {
+        "jsonl": "".join(json.dumps(r) + "\n" for r in rows).encode(),
+        "trainer_state": json.dumps({"global_step": 30, "log_history": [
+            {k if k != "eval/loss" else "eval_loss": v for k, v in r.items() if v is not None} for r in rows]},
+            indent=2).encode(),
+        "verl_jsonl": "".join(json.dumps({"step": r["step"], "data": {"actor/kl_loss": r["kl"],
+                                                                          "critic/score/mean": r["reward"]}}) + "\n"
+                              for r in rows).encode(),
+        "verl_console": "".join(f"(main_task pid=1) step:{r['step']} - actor/kl_loss:{r['kl']:.3f} - "
+                                f"critic/score/mean:{r['reward']:.3f}\n" for r in rows).encode(),
+        "hf_console": "".join(f"{{'loss': {r['loss']:.4f}, 'grad_norm': 0.5, 'reward': {r['reward']:.3f}, "
+                              f"'epoch': {r['step'] / 100}}}\n {r['step']}%|#  | {r['step']}/100\n"
+                              for r in rows).encode(),
+        "csv": ("step,loss,reward,eval/loss\n" + "".join(
+            f"{r['step']},{r['loss']},{r['reward']},{'' if r['eval/loss'] is None else r['eval/loss']}\n"
+            for r in rows)).encode(),
+    }
+    try:
+        from tensorboardX import SummaryWriter
+
+        with tempfile.TemporaryDirectory() as d:
+            w = SummaryWriter(d)
+            for r in rows:
+                w.add_scalar("train/loss", r["loss"], r["step"])
+                w.add_scalar("train/reward", r["reward"], r["step"])
+            w.close()
+            out["tensorboard"] = next(Path(d).glob("events.out.tfevents.*")).read_bytes()
+    except ImportError:
+        pass
+    return out
+
+
+# ---------------------------------------------------------------------- mutations
+def _flip(rng, b: bytes) -> bytes:
+    a = bytearray(b)
+    for _ in range(rng.randint(1, 8)):
+        if a:
+            a[rng.randrange(len(a))] = rng.randrange(256)
+    return bytes(a)
+
+
+def _cut(rng, b: bytes) -> bytes:
+    return b[: rng.randrange(len(b) + 1)]
+
+
+def _insert(rng, b: bytes, what: bytes) -> bytes:
+    i = rng.randrange(len(b) + 1)
+    return b[:i] + what + b[i:]
+
+
+def _line(rng, b: bytes, what: bytes) -> bytes:
+    lines = b.split(b"\n")
+    lines.insert(rng.randrange(len(lines) + 1), what)
+    return b"\n".join(lines)
+
+
+HUGE = [b"1" + b"0" * 20, b"9" * 400, b"1e999", b"-1e999", b"1" * 5000, b"-5", b"NaN", b"Infinity", b"0x10"]
+
+
+def mutate(rng: random.Random, fmt: str, seed: bytes, heavy: bool = True) -> bytes:
+    """One mutated copy; ``heavy=False`` keeps the big cases small (the test's quick budget)."""
+    big = (lambda *sizes: rng.choice(sizes)) if heavy else (lambda *sizes: min(sizes) // 10)
+    m = rng.randrange(12)
+    if m == 0:
+        return _flip(rng, seed)
+    if m == 1:
+        return _cut(rng, seed)
+    if m == 2:  # a huge or odd number where a step or a value was
+        target = rng.choice([b'"step": ', b"step:", b"'loss': ", b'"loss": ', b"\n", b","])
+        i = seed.find(target, rng.randrange(max(1, len(seed))))
+        if i < 0:
+            return _insert(rng, seed, rng.choice(HUGE))
+        j = i + len(target)
+        end = j
+        while end < len(seed) and seed[end:end + 1] not in b",}\n -":
+            end += 1
+        return seed[:j] + rng.choice(HUGE) + seed[end:]
+    if m == 3:  # deep nesting
+        depth = rng.choice([100, 1000, 100_000]) if heavy else rng.choice([100, 10_000])
+        return _line(rng, seed, b'{"step": 7, "x": ' + b"[" * depth + b"]" * depth + b"}")
+    if m == 4:  # a very long line
+        return _line(rng, seed, b'{"step": 8, "note": "' + b"x" * big(10_000, 1_000_000) + b'"}')
+    if m == 5:  # NUL bytes and control characters
+        return _insert(rng, seed, bytes(rng.randrange(32) for _ in range(rng.randint(1, 64))))
+    if m == 6:  # bad UTF-8
+        return _insert(rng, seed, rng.choice([b"\xff\xfe", b"\xc3\x28", b"\xed\xa0\x80", b"\xf0\x28\x8c\x28"]))
+    if m == 7:  # steps going backwards / repeated lines
+        lines = seed.split(b"\n")
+        k = rng.randrange(max(1, len(lines)))
+        return b"\n".join(lines + lines[:k])
+    if m == 8:  # a column null/empty everywhere
+        return seed.replace(b'"loss": ', b'"loss": null, "was": ').replace(b",0.", b",,0.", 3)
+    if m == 9:  # digits of a console value, long
+        return _line(rng, seed, b"{'loss': " + b"1" * big(16_000, 100_000) + b", 'epoch': 1.0}")
+    if m == 10:  # gzip of a mutation
+        return gzip.compress(mutate(rng, fmt, seed, heavy))
+    # a small gzip bomb: a few MB of one line (bounded here to keep the bench quick)
+    return gzip.compress(b"{" + b"0" * big(1 << 20, 8 << 20))
+
+
+# ---------------------------------------------------------------------- running
+def read_case(path: Path, fmt: str) -> None:
+    """What `rlguard check` does with a file, minus the report: read and judge it."""
+    reader = open_reader(str(path), fmt)
+    wd = Watchdog(run="fuzz")
+    for batch in reader.batches(str(path), 5000):
+        wd.ingest(batch)
+
+
+def run(formats: dict[str, bytes], cases: int, seed: int, progress: bool = True, heavy: bool = True) -> dict[str, dict]:
+    rng = random.Random(seed)
+    results = {}
+    with tempfile.TemporaryDirectory() as d:
+        for fmt, base in formats.items():
+            times, crashes, first = [], 0, None
+            t_fmt = time.time()
+            for i in range(cases):
+                data = mutate(rng, fmt, base, heavy)
+                path = Path(d) / f"case.{fmt}"
+                path.write_bytes(data)
+                t0 = time.perf_counter()
+                try:
+                    read_case(path, fmt)
+                except RLGuardError:
+                    pass  # a clear, named error is the right answer to unusable input
+                except Exception:  # noqa: BLE001 - what the bench counts
+                    crashes += 1
+                    if first is None:
+                        first = traceback.format_exc(limit=4)
+                        (Path(d).parent / f"rlguard-fuzz-{fmt}-crash.bin").write_bytes(data)
+                times.append(time.perf_counter() - t0)
+                if progress and (i + 1) % max(1, cases // 10) == 0:
+                    print(f"  {fmt}: {i + 1}/{cases} cases, {crashes} uncaught, {time.time() - t_fmt:.0f} s",
+                          file=sys.stderr, flush=True)
+            times.sort()
+            results[fmt] = {"cases": cases, "uncaught": crashes, "p99_ms": 1000 * times[int(0.99 * (len(times) - 1))],
+                            "max_ms": 1000 * times[-1], "first": first}
+    return results
+
+
+def cli_sample(formats: dict[str, bytes], n: int, seed: int) -> dict[int, int]:
+    """Exit codes of `rlguard check` on n mutated files (0/1: a verdict, 2: unusable input)."""
+    rng = random.Random(seed + 1)
+    codes: dict[int, int] = {}
+    exe = str(Path(sys.executable).with_name("rlguard"))
+    with tempfile.TemporaryDirectory() as d:
+        for i in range(n):
+            fmt = rng.choice(sorted(formats))
+            path = Path(d) / f"c{i}.{fmt}"
+            path.write_bytes(mutate(rng, fmt, formats[fmt]))
+            rc = subprocess.run([exe, "check", str(path)], capture_output=True, timeout=120).returncode
+            codes[rc] = codes.get(rc, 0) + 1
+    return codes
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=int, default=100_000, help="cases per format")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--formats", help="comma-separated subset (default: all)")
+    ap.add_argument("--cli", type=int, default=200, help="cases through the rlguard check CLI")
+    args = ap.parse_args(argv)
+    formats = seeds()
+    if args.formats:
+        formats = {k: v for k, v in formats.items() if k in args.formats.split(",")}
+    res = run(formats, args.cases, args.seed)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"{'format':14s} {'cases':>8s} {'uncaught':>9s} {'p99 ms':>8s} {'max ms':>8s}")
+    for fmt, r in res.items():
+        print(f"{fmt:14s} {r['cases']:8d} {r['uncaught']:9d} {r['p99_ms']:8.2f} {r['max_ms']:8.0f}")
+        if r["first"]:
+            print("  first uncaught:\n" + "\n".join("    " + ln for ln in r["first"].splitlines()))
+    print(f"peak RSS of the fuzzing process: {peak:.0f} MB")
+    if args.cli:
+        codes = cli_sample(formats, args.cli, args.seed)
+        print(f"rlguard check on {args.cli} mutated files: exit codes {dict(sorted(codes.items()))} "
+              f"(anything but 0, 1, 2 is a failure)")
+        if set(codes) - {0, 1, 2}:
+            return 1
+    return 1 if any(r["uncaught"] for r in res.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
