@@ -44,6 +44,8 @@ bench: setup ops-tools
 	$(PY) bench/corpus_eval.py
 	$(PY) bench/trainer_vs_trl.py
 	$(PY) bench/daemon_load.py
+	$(PY) bench/daemon_faults.py
+	$(PY) bench/fuzz_readers.py
 	$(PY) bench/alert_path.py
 
 corpus: setup

@@ -228,3 +228,14 @@ def test_read_only_state_dir_is_one_line_and_exit_2(tmp_path):
         assert len(r.stderr.strip().splitlines()) == 1 and str(state) in r.stderr
     finally:
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
+def test_a_metric_null_in_every_record_does_not_crash_the_start(tmp_path, daemon_factory):
+    """An export whose eval columns are still empty (null everywhere) once made the daemon exit
+    1 at startup, at every restart."""
+    rows = [dict(r, **{"eval/loss": None, "eval/reward": None}) for r in healthy(1, 12)]
+    append(tmp_path / "runs" / "export" / "metrics.jsonl", rows)
+    d = daemon_factory().start()
+    d.wait_for(lambda: 'rlguard_run_last_step{run="export"} 12.0' in d.metrics(), "run not read")
+    assert d.healthz() == 200 and "internal error" not in d.log.read_text()
+    d.stop()
