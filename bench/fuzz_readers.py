@@ -60,6 +60,11 @@ def seeds() -> dict[str, bytes]:
             f"{r['step']},{r['loss']},{r['reward']},{'' if r['eval/loss'] is None else r['eval/loss']}\n"
             for r in rows)).encode(),
     }
+    out["mlflow"] = _mlflow_bytes(rows)
+    try:
+        out["wandb"] = _wandb_bytes(rows)
+    except RLGuardError:  # the wandb extra is not installed: its reader cannot run either
+        pass
     try:
         from tensorboardX import SummaryWriter
 
@@ -73,6 +78,73 @@ def seeds() -> dict[str, bytes]:
     except ImportError:
         pass
     return out
+
+
+def _wandb_bytes(rows: list[dict]) -> bytes:
+    """A W&B transaction log of the rows: the file header, then one history record per row in
+    LevelDB-log framing (32 KiB blocks; a record split into FIRST/MIDDLE/LAST chunks where it
+    crosses a block), as ``wandb`` writes it. Needs the wandb extra for its protobuf classes."""
+    import struct
+    import zlib
+
+    from rlguard.sources.wandb_run import HEADER, record_class
+
+    record = record_class("fuzz")
+    out = bytearray(HEADER)
+    for r in rows:
+        rec = record()
+        for k, v in {**{k: v for k, v in r.items() if k != "step"}, "train/global_step": r["step"]}.items():
+            item = rec.history.item.add()
+            item.key, item.value_json = k, json.dumps(v)
+        data = rec.SerializeToString()
+        first = True
+        while True:
+            room = 32768 - len(out) % 32768 - 7
+            if room < 0:  # too little room for a chunk header: zero padding
+                out += bytes(32768 - len(out) % 32768)
+                continue
+            piece, data = data[:room], data[room:]
+            kind = (1 if not data else 2) if first else (4 if not data else 3)
+            out += struct.pack("<IHB", zlib.crc32(piece, zlib.crc32(bytes([kind]))), len(piece), kind) + piece
+            first = False
+            if not data:
+                break
+    return bytes(out)
+
+
+def _mlflow_bytes(rows: list[dict]) -> bytes:
+    """An MLflow file-store run packed as one blob (``write_case`` unpacks it into a run dir):
+    ``<metric path>\n<timestamp value step lines>`` sections separated by ``\x1e``, so the
+    mutations hit file names and metric lines alike."""
+    parts = []
+    for key, col in (("train/loss", "loss"), ("train/reward", "reward"), ("eval/loss", "eval/loss")):
+        lines = "".join(f"{1700000000000 + r['step']} {r[col]} {r['step']}\n" for r in rows if r[col] is not None)
+        parts.append(f"{key}\n{lines}")
+    return "\x1e".join(parts).encode()
+
+
+def write_case(d: Path, fmt: str, data: bytes) -> Path:
+    """Where a mutated case goes: a file, or for MLflow a file-store run dir built from the blob."""
+    if fmt != "mlflow":
+        path = d / f"case.{fmt}"
+        path.write_bytes(data)
+        return path
+    import shutil
+
+    run = d / "mlruns" / "0" / "fuzzrun"
+    shutil.rmtree(run.parent.parent, ignore_errors=True)
+    (run / "metrics").mkdir(parents=True)
+    (run / "meta.yaml").write_text("run_id: fuzzrun\nexperiment_id: '0'\nstatus: 1\n")
+    for i, part in enumerate(data.split(b"\x1e")):
+        name, _, body = part.partition(b"\n")
+        safe = name.decode("utf-8", "replace").replace("\x00", "").strip("/.") or f"m{i}"
+        target = run / "metrics" / safe
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(body)
+        except (OSError, ValueError):  # a mutated name the filesystem refuses: a plain one
+            (run / "metrics" / f"m{i}").write_bytes(body)
+    return run
 
 
 # ---------------------------------------------------------------------- mutations
@@ -172,8 +244,7 @@ def run(formats: dict[str, bytes], cases: int, seed: int, progress: bool = True,
             t_fmt = time.time()
             for i in range(cases):
                 data = mutate(rng, fmt, base, heavy)
-                path = Path(d) / f"case.{fmt}"
-                path.write_bytes(data)
+                path = write_case(Path(d), fmt, data)
                 t0 = time.perf_counter()
                 try:
                     read_case(path, fmt, judge)
@@ -201,9 +272,9 @@ def cli_sample(formats: dict[str, bytes], n: int, seed: int) -> dict[int, int]:
     exe = str(Path(sys.executable).with_name("rlguard"))
     with tempfile.TemporaryDirectory() as d:
         for i in range(n):
+            (Path(d) / f"c{i}").mkdir()
             fmt = rng.choice(sorted(formats))
-            path = Path(d) / f"c{i}.{fmt}"
-            path.write_bytes(mutate(rng, fmt, formats[fmt]))
+            path = write_case(Path(d) / f"c{i}", fmt, mutate(rng, fmt, formats[fmt]))
             rc = subprocess.run([exe, "check", str(path)], capture_output=True, timeout=120).returncode
             codes[rc] = codes.get(rc, 0) + 1
     return codes

@@ -409,13 +409,16 @@ class GainLoss(_Rolling):
         """Noise of the level itself: the robust sigma of the differences between consecutive
         non-overlapping means of ``window`` samples over the trailing history (so slow,
         autocorrelated wander counts, which sample-to-sample differences would hide),
-        re-estimated every 256 samples counted from the start of the run (it moves slowly; fixed
-        blocks keep replay and live use identical). NaN until 8 block means exist."""
+        re-estimated every ``window`` samples counted from the start of the run (a fixed schedule
+        keeps replay and live use identical), so the noise follows the run's current regime: a
+        reward that starts at 0 has no spread until the policy starts solving prompts, and a
+        noise held from that calm start would make ordinary bimodal swings look like a slide.
+        NaN until 8 block means exist."""
         out = np.empty(n)
         off, w = len(hist) - n, self.p.window
         j = 0
         while j < n:
-            if (first + j) % 256 == 0 or self.sigma is None or not np.isfinite(self.sigma):
+            if (first + j) % w == 0 or self.sigma is None or not np.isfinite(self.sigma):
                 end = off + j + 1
                 seg = hist[max(0, end - self.p.history): end]
                 m = len(seg) // w
@@ -425,14 +428,15 @@ class GainLoss(_Rolling):
                     means = seg[len(seg) - m * w:].reshape(m, w).mean(axis=1)
                     self.sigma = robust_sigma_of_diffs(means)
             # held until the next block boundary (or re-tried at the next sample while unknown)
-            nxt = j + 1 if not np.isfinite(self.sigma) else min(n, j + 256 - (first + j) % 256)
+            nxt = j + 1 if not np.isfinite(self.sigma) else min(n, j + w - (first + j) % w)
             out[j:nxt] = self.sigma
             j = nxt
         return out
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         gain = ref - (self.start if self.start is not None else ref)
-        return (f"{metric} (mean of last {self.p.window}) = {fmt(value)} gave back {stat * 100:.0f}% of "
+        level = ref - stat * gain  # the judged rolling mean (``value`` is the latest sample)
+        return (f"{metric} (mean of last {self.p.window}) = {fmt(level)} gave back {stat * 100:.0f}% of "
                 f"its gain: peak {fmt(ref)} (step {ref_step}), start {fmt(self.start)} (+{fmt(gain)})")
 
     def state_dict(self):
@@ -557,7 +561,8 @@ class StepDown(_Rolling):
     beyond its noise: a local test that needs a dozen records, not a change-point segment.
 
     ``before`` is the (upper) median of the ``ref_window`` samples preceding the last
-    ``window`` ones, its noise the robust spread (1.4826 MAD about it) of those samples; ``level`` the median of the last
+    ``window`` ones, its noise the robust spread (1.4826 MAD about it) of those samples, or
+    their standard deviation (``noise: std``); ``level`` the median of the last
     ``window``. It fires when ``level <= max_ratio * before`` and the fall is ``min_sigmas``
     noise units of a ``window``-median (spread / sqrt(window)). Positive metrics only.
     """
@@ -569,6 +574,9 @@ class StepDown(_Rolling):
         ref_window: int = Field(10, ge=3, description="samples before them (the reference)")
         max_ratio: float = Field(0.6, gt=0, lt=1, description="fires when level <= ratio * before")
         min_sigmas: float = Field(6.0, ge=0, description="and the fall is this many noise units")
+        noise: Literal["mad", "std"] = Field("mad", description=(
+            "the reference window's spread: 1.4826 MAD (robust to a stray record) or the standard "
+            "deviation (counts a bimodal metric's other mode: one-group-per-step rewards 0 or 1)"))
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -589,7 +597,8 @@ class StepDown(_Rolling):
             trig = (before > 0) & (lv <= p.max_ratio * before)
             for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
                 w = hist[e[i] - span: e[i] - p.window]
-                sigma = 1.4826 * float(np.median(np.abs(w - before[i]))) / np.sqrt(p.window)
+                spread = float(np.std(w)) if p.noise == "std" else 1.4826 * float(np.median(np.abs(w - before[i])))
+                sigma = spread / np.sqrt(p.window)
                 trig[i] = before[i] - lv[i] >= p.min_sigmas * max(sigma, chunk.quantum, 1e-12)
             verdict[ok] = trig
             stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
@@ -597,6 +606,7 @@ class StepDown(_Rolling):
         return Scan(verdict, stat, ref, level=level)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
-        return (f"{metric} (median of last {self.p.window}) = {fmt(value)} stepped down to "
+        what = metric if self.p.window == 1 else f"{metric} (median of last {self.p.window})"
+        return (f"{what} = {fmt(stat * ref)} stepped down to "
                 f"{stat * 100:.0f}% of its level over the {self.p.ref_window} records before "
                 f"({fmt(ref)}), far beyond their noise")

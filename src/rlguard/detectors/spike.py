@@ -36,11 +36,18 @@ class Spike(Detector):
         over_max: float | None = Field(None, gt=0, description=(
             "and value >= over_max * the largest value of the window: beyond anything the run's "
             "own (heavy-tailed) noise produced lately, not just far from its median"))
+        surrogate: Literal["mad", "deciles"] = Field("mad", description=(
+            "the noise once the series has been negative (a loss below 0 is a GRPO/PPO "
+            "surrogate, not a likelihood): 'deciles' also takes (q90 - q10) / 2.56 of the window "
+            "(a Gaussian's sigma), since such a loss jumps between modes (groups with and without "
+            "reward spread) that a MAD, sitting in the larger mode, ignores; a stray record or "
+            "two in the window moves neither"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
         self.tail: list[float] = []
         self.seen = 0
+        self.low = np.inf  # the lowest value seen (surrogate)
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -49,7 +56,7 @@ class Spike(Detector):
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
-        med, mad, top = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
+        med, mad, top, sd = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
         uniq, inv = np.unique(local, return_inverse=True)
         full = uniq - p.window >= 0
         if full.any():
@@ -59,6 +66,10 @@ class Spike(Detector):
             um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
             um[full], ud[full] = m, np.median(np.abs(view - m[:, None]), axis=1)
             med, mad = um[inv], ud[inv]
+            if p.surrogate == "deciles":
+                us = np.zeros(len(uniq))
+                us[full] = _deciles(view)
+                sd = us[inv]
             if p.over_max is not None:
                 ut = np.full(len(uniq), np.nan)
                 ut[full] = view.max(axis=1)
@@ -69,9 +80,14 @@ class Spike(Detector):
             med[j] = np.median(w)
             mad[j] = np.median(np.abs(w - med[j]))
             top[j] = w.max()
+            sd[j] = _deciles(w[None, :])[0]
         ok = have >= p.min_history
-        scale = np.maximum.reduce([1.4826 * mad, p.rel_floor * np.abs(med),
-                                   np.full(n, max(chunk.quantum, 1e-12))])
+        spread = 1.4826 * mad
+        if p.surrogate == "deciles":
+            low = np.minimum.accumulate(np.concatenate([[self.low], chunk.values]))[1:]
+            spread = np.where(low < 0, np.maximum(spread, sd), spread)
+            self.low = float(low[-1]) if n else self.low
+        scale = np.maximum.reduce([spread, p.rel_floor * np.abs(med), np.full(n, max(chunk.quantum, 1e-12))])
         z = (chunk.values - med) / scale
         if p.direction == "up":
             trig = z >= p.z
@@ -95,7 +111,14 @@ class Spike(Detector):
                 f"{'above' if stat > 0 else 'below'} its recent median {fmt(ref)}")
 
     def state_dict(self):
-        return {"tail": self.tail, "seen": self.seen}
+        return {"tail": self.tail, "seen": self.seen, "low": self.low if np.isfinite(self.low) else None}
 
     def load_state_dict(self, s):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
+        self.low = np.inf if s.get("low") is None else float(s["low"])
+
+
+def _deciles(view: np.ndarray) -> np.ndarray:
+    """Per row, (q90 - q10) / 2.563: a Gaussian's sigma, from the spread of the middle 80%."""
+    q = np.quantile(view, [0.1, 0.9], axis=1)
+    return (q[1] - q[0]) / 2.563
