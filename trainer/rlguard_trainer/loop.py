@@ -93,7 +93,7 @@ def train(cfg: TrainConfig) -> dict:
         # a second record of the same step, as transformers logs them
         verdict = run.guard.observe(step, metrics)
         if not verdict.stop and cfg.eval_every and step % cfg.eval_every == 0:
-            evals = mean_over_ranks(acc, evaluate(run))
+            evals = mean_over_ranks(acc, evaluate(run, step))
             if evals:
                 verdict = verdict.then(run.guard.observe(step, evals))
                 metrics.update(evals)
@@ -178,7 +178,7 @@ def _write_rank_report(out: Path, acc, ranks: int, step: int, stopped: Verdict |
                                 "rank_sum": ranks, "last_step": step, "stopped": stopped is not None}))
 
 
-def evaluate(run: Run) -> dict[str, float]:
+def evaluate(run: Run, step: int) -> dict[str, float]:
     """Validation reward (one sampled completion per held-out prompt, as pass@1 is measured)
     and, where the task has gold answers, validation loss (their NLL). Nothing without
     held-out prompts."""
@@ -190,7 +190,7 @@ def evaluate(run: Run) -> dict[str, float]:
     with gathered_for_generation(run.model):
         roll = generate(run.acc.unwrap_model(run.model).lm, run.tok, texts, 1, cfg.max_new_tokens,
                         cfg.temperature, cfg.generation_batch or cfg.micro_batch)
-    rewards = combine_rewards(score_rollout(run, rows, roll, 1, 0), run.weights)
+    rewards = combine_rewards(score_rollout(run, rows, roll, 1, step), run.weights)
     out = {"eval_reward": rewards.nanmean().item()}
     if run.task.answer_column:
         out["eval_loss"] = gold_nll(run.model, run.tok, texts, [r[run.task.answer_column] for r in rows],

@@ -60,7 +60,11 @@ def prepare_for_training(model, *, gradient_checkpointing: bool, lora_r: int, lo
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
     if gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable = getattr(model, "activation_checkpointing_enable", None)  # transformers >= 5.x's name
+        if enable is not None:
+            enable({"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if not lora_r:
         return model
     try:
