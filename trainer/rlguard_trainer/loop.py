@@ -23,6 +23,7 @@ import copy
 import json
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,7 @@ def setup(cfg: TrainConfig) -> Run:
     hf_logging.set_verbosity_error()  # keep the console to the progress bar and rlguard's verdict
     hf_logging.disable_progress_bar()
     logging.getLogger("accelerate").setLevel(logging.ERROR)  # "Removed shared tensor" on every save
+    warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6")  # peft on transformers 5
     acc = Accelerator(cpu=cfg.cpu or not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     out = Path(cfg.output_dir)
     task = load_task(cfg)  # a bad dataset, column or reward path fails before any model loads
