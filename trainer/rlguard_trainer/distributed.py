@@ -21,6 +21,15 @@ def is_deepspeed(acc) -> bool:
     return acc.distributed_type.value == "DEEPSPEED"
 
 
+def configure_engine(acc, micro_batch: int) -> None:
+    """DeepSpeed wants its micro-batch size before ``prepare`` (there is no dataloader to read
+    it from); the gradient-accumulation boundaries are the trainer's own (``accumulating``)."""
+    if is_deepspeed(acc):
+        config = acc.state.deepspeed_plugin.deepspeed_config
+        config["train_micro_batch_size_per_gpu"] = micro_batch
+        config["gradient_accumulation_steps"] = 1
+
+
 def prepare_reference(acc, ref: torch.nn.Module) -> torch.nn.Module:
     """The reference model, frozen, placed and sharded for inference like the policy."""
     ref.eval().requires_grad_(False)

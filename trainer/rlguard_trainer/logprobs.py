@@ -23,17 +23,41 @@ def chunk_rows(vocab_size: int, chunk_mb: float) -> int:
     return max(1, int(chunk_mb * 2**20) // (4 * vocab_size))
 
 
+class _TokenLogProb(torch.autograd.Function):
+    """``z[target] - logsumexp(z)`` for fp32 logits z [rows, V]; its backward builds the gradient
+    ``onehot(target) - softmax(z)`` in one [rows, V] buffer, in place (autograd's own chain of
+    logsumexp and gather would hold several)."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        lse = torch.logsumexp(z, dim=-1)
+        ctx.save_for_backward(z, targets, lse)
+        return z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        z, targets, lse = ctx.saved_tensors
+        g = (z - lse.unsqueeze(-1)).exp_().mul_(-grad.unsqueeze(-1))
+        return g.scatter_add_(-1, targets.unsqueeze(-1), grad.unsqueeze(-1)), None
+
+
+def _entropy(z: torch.Tensor) -> torch.Tensor:
+    """logsumexp(z) - sum softmax(z) * z, with one [rows, V] temporary (no gradient)."""
+    with torch.no_grad():
+        return torch.logsumexp(z, dim=-1) - torch.softmax(z, dim=-1).mul_(z).sum(-1)
+
+
 def _chunk(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, targets: torch.Tensor,
            softcap: float | None, with_entropy: bool, entropy_grad: bool) -> tuple[torch.Tensor, torch.Tensor]:
     z = head(hidden).float()
     if softcap:  # Gemma-2 style final logit soft-capping, applied as the model does
         z = softcap * torch.tanh(z / softcap)
-    lse = torch.logsumexp(z, dim=-1)
-    logp = z.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - lse
+    logp = _TokenLogProb.apply(z, targets)
     if not with_entropy:
         return logp, torch.zeros_like(logp)
-    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-        return logp, lse - (torch.softmax(z, dim=-1) * z).sum(-1)
+    if entropy_grad and torch.is_grad_enabled():  # an entropy bonus: autograd's (rarely used) path
+        return logp, torch.logsumexp(z, dim=-1) - (torch.softmax(z, dim=-1) * z).sum(-1)
+    return logp, _entropy(z)
 
 
 def chunked_log_probs(head: Callable[[torch.Tensor], torch.Tensor], hidden: torch.Tensor, targets: torch.Tensor,
@@ -41,15 +65,16 @@ def chunked_log_probs(head: Callable[[torch.Tensor], torch.Tensor], hidden: torc
                       softcap: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(log p(targets), entropy)`` for ``hidden`` [N, H] and ``targets`` [N], ``rows`` at a time.
 
-    ``head`` maps hidden states to logits (the model's output layer). Under autograd each chunk
-    is checkpointed: its logits are recomputed in the backward pass instead of being kept. The
-    entropy carries a gradient only with ``entropy_grad`` (an entropy bonus in the loss).
+    ``head`` maps hidden states to logits (the model's output layer). Under autograd, when there
+    is more than one chunk, each is checkpointed: its logits are recomputed in the backward pass
+    instead of being kept (one chunk within the budget is kept: no recomputation). The entropy
+    carries a gradient only with ``entropy_grad`` (an entropy bonus in the loss).
     """
-    keep_graph = torch.is_grad_enabled() and hidden.requires_grad
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > rows
     logps, ents = [], []
     for start in range(0, hidden.shape[0], rows):
         h, t = hidden[start:start + rows], targets[start:start + rows]
-        if keep_graph:
+        if recompute:
             lp, en = checkpoint(_chunk, head, h, t, softcap, with_entropy, entropy_grad, use_reentrant=False)
         else:
             lp, en = _chunk(head, h, t, softcap, with_entropy, entropy_grad)

@@ -33,7 +33,7 @@ from rlguard import Verdict
 
 from . import checkpoint
 from .config import TrainConfig
-from .distributed import gathered_for_generation, mean_over_ranks, prepare_reference, rank_sum
+from .distributed import configure_engine, gathered_for_generation, mean_over_ranks, prepare_reference, rank_sum
 from .faults import Faults
 from .grpo import KLController, combine_rewards, lr_factor
 from .guard import Guard
@@ -111,7 +111,7 @@ def train(cfg: TrainConfig) -> dict:
     bar.close()
     if stopped is None and step not in run.saved:
         run.save(step)
-    _write_rank_report(out, acc, ranks, step, stopped)
+    _write_rank_report(out, acc, ranks, step, stopped, run.model)
     acc.wait_for_everyone()
     acc.end_training()
     return {"stopped": stopped is not None, "step": step, "step_ends": step_ends,
@@ -144,6 +144,7 @@ def setup(cfg: TrainConfig) -> Run:
                                   weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.max_steps) * faults.lr_multiplier(s))
+    configure_engine(acc, cfg.micro_batch or cfg.prompts_per_step * cfg.num_generations)
     model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
     sampler = PromptSampler(faults.training_set(task.train, cfg.train_prompts),
                             seed=cfg.seed * 1000 + acc.process_index)
@@ -172,12 +173,15 @@ def _load_model(cfg: TrainConfig, task: Task):
     return tok, model.to(dtype)
 
 
-def _write_rank_report(out: Path, acc, ranks: int, step: int, stopped: Verdict | None) -> None:
-    """Each process records where it ended: a stop must end every rank at the same step."""
+def _write_rank_report(out: Path, acc, ranks: int, step: int, stopped: Verdict | None, model) -> None:
+    """Each process records where it ended, and a checksum of its weights: a stop must end
+    every rank at the same step, and data-parallel ranks must hold the same weights."""
     path = out / "rlguard" / "ranks" / f"rank{acc.process_index}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    checksum = sum(float(p.detach().double().sum()) for p in acc.unwrap_model(model).parameters())
     path.write_text(json.dumps({"rank": acc.process_index, "world_size": acc.num_processes,
-                                "rank_sum": ranks, "last_step": step, "stopped": stopped is not None}))
+                                "rank_sum": ranks, "last_step": step, "stopped": stopped is not None,
+                                "weights_checksum": checksum}))
 
 
 def evaluate(run: Run, step: int) -> dict[str, float]:

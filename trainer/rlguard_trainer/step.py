@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 def grpo_step(run: Run, step: int) -> dict[str, float]:
     """One step; return its metrics (averaged over ranks; rewards over every rank's completions)."""
-    cfg, acc, model = run.cfg, run.acc, run.model
+    cfg = run.cfg
     t0 = time.perf_counter()
     rows = run.sampler.next(cfg.prompts_per_step)
     texts = prompt_texts(run.tok, run.task.prompts(rows), cfg.chat_template)
@@ -29,48 +29,59 @@ def grpo_step(run: Run, step: int) -> dict[str, float]:
     roll = sample(run, texts, cfg.num_generations)
     per_func = score_rollout(run, rows, roll, cfg.num_generations, step)
     rewards = combine_rewards(per_func, run.weights)
-    advantages = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards).to(acc.device)
+    advantages = group_advantages(rewards, cfg.num_generations, cfg.scale_rewards).to(run.acc.device)
 
     # 2. the reference's log-probs, fixed for this batch (the sampling policy's are taken from
     #    the first pass below: the weights do not change before its optimizer step)
     ref_logp = reference_log_probs(run, roll)
 
     # 3. several clipped policy-gradient passes over the batch, micro-batch by micro-batch
-    model.train()
-    old_logp = None
-    for _ in range(cfg.num_iterations):
-        parts, old_logp = accumulate_gradients(
-            acc, model, roll, advantages, ref_logp, old_logp, micro_batch=cfg.micro_batch, beta=run.kl.beta,
-            epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, entropy_coef=cfg.entropy_coef,
-            corrupt=lambda loss: run.faults.corrupt_loss(loss, step))
-        grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        if run.faults.frozen:
-            run.optimizer.zero_grad()  # the frozen-policy fault: gradients never reach the weights
-        run.optimizer.step()
-        run.optimizer.zero_grad()
-    run.scheduler.step()
+    parts, grad_norm = update(run, roll, advantages, ref_logp, step)
 
-    # 4. metrics; the KL controller sees the KL of this step
-    cmask = roll.completion_mask
-    metrics = {
-        "policy_loss": parts["surrogate"], "kl": parts["kl"], "beta": run.kl.beta, "entropy": parts["entropy"],
-        "grad_norm": float(grad_norm), "learning_rate": run.scheduler.get_last_lr()[0],
-        "clip_ratio/region_mean": parts["clip_ratio"],
-        "completions/mean_length": cmask.sum(1).float().mean().item(),
-        "completions/clipped_ratio": sum(len(c) == cfg.max_new_tokens and c[-1] != run.tok.eos_token_id
-                                         for c in roll.completion_ids) / len(roll.completion_ids),
-    }
-    if run.task.answer_column:  # the gold answers' NLL: the training loss of tasks that have one
-        model.eval()
-        metrics["loss"] = gold_nll(model, run.tok, texts, [r[run.task.answer_column] for r in rows],
+    # 4. metrics (the gold answers' NLL where the task has them); the KL controller sees this KL
+    metrics = {"policy_loss": parts["surrogate"], "kl": parts["kl"], "beta": run.kl.beta,
+               "entropy": parts["entropy"], "learning_rate": run.scheduler.get_last_lr()[0],
+               "clip_ratio/region_mean": parts["clip_ratio"], **completion_stats(roll, cfg.max_new_tokens,
+                                                                                 run.tok.eos_token_id)}
+    if grad_norm is not None:  # an engine that does not report it: not logged (not NaN)
+        metrics["grad_norm"] = float(grad_norm)
+    if run.task.answer_column:
+        run.model.eval()
+        metrics["loss"] = gold_nll(run.model, run.tok, texts, [r[run.task.answer_column] for r in rows],
                                    cfg.micro_batch)
-    metrics = mean_over_ranks(acc, metrics)
-    all_rewards = gather_rows(acc, per_func).cpu()
+    metrics = mean_over_ranks(run.acc, metrics)
+    all_rewards = gather_rows(run.acc, per_func).cpu()
     metrics.update(reward_stats(combine_rewards(all_rewards, run.weights), cfg.num_generations))
     metrics.update(per_reward_stats(all_rewards, [r.name for r in run.rewards]))
     run.kl.update(metrics["kl"])
     metrics["step_time"] = time.perf_counter() - t0
     return metrics
+
+
+def update(run: Run, roll: Rollout, advantages: torch.Tensor, ref_logp: torch.Tensor, step: int):
+    """``num_iterations`` optimizer steps on this batch; the last pass's loss parts and grad norm."""
+    cfg, model = run.cfg, run.model
+    model.train()
+    old_logp = None
+    for _ in range(cfg.num_iterations):
+        parts, old_logp = accumulate_gradients(
+            run.acc, model, roll, advantages, ref_logp, old_logp, micro_batch=cfg.micro_batch, beta=run.kl.beta,
+            epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, entropy_coef=cfg.entropy_coef,
+            corrupt=lambda loss: run.faults.corrupt_loss(loss, step))
+        grad_norm = run.acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+        if run.faults.frozen:
+            run.optimizer.zero_grad()  # the frozen-policy fault: gradients never reach the weights
+        run.optimizer.step()
+        run.optimizer.zero_grad()
+    run.scheduler.step()
+    return parts, grad_norm
+
+
+def completion_stats(roll: Rollout, max_new_tokens: int, eos: int) -> dict[str, float]:
+    """Mean completion length (tokens up to the first EOS) and the fraction cut at the limit."""
+    cut = sum(len(c) == max_new_tokens and c[-1] != eos for c in roll.completion_ids)
+    return {"completions/mean_length": roll.completion_mask.sum(1).float().mean().item(),
+            "completions/clipped_ratio": cut / len(roll.completion_ids)}
 
 
 def sample(run: Run, texts: list[str], num_generations: int) -> Rollout:
