@@ -42,7 +42,8 @@ def prepare_reference(acc, ref: torch.nn.Module) -> torch.nn.Module:
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
         plugin.set_auto_wrap_policy(ref)
-        return FSDP(ref, sharding_strategy=plugin.sharding_strategy, cpu_offload=plugin.cpu_offload,
+        return FSDP(ref, sharding_strategy=plugin.sharding_strategy or plugin.reshard_after_forward,
+                    cpu_offload=plugin.cpu_offload,
                     auto_wrap_policy=plugin.auto_wrap_policy, mixed_precision=plugin.mixed_precision_policy,
                     use_orig_params=plugin.use_orig_params, device_id=acc.device).eval()
     if is_deepspeed(acc):
@@ -70,9 +71,12 @@ def _deepspeed_inference(acc, ref):
 def gathered_for_generation(model):
     """Full weights on every rank while ``generate`` runs on the unwrapped model (FSDP1, FSDP2,
     ZeRO-3); nothing to do for DDP or one process."""
-    from torch.distributed.fsdp import FSDPModule
     from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
 
+    try:
+        from torch.distributed.fsdp import FSDPModule  # FSDP2, torch >= 2.6
+    except ImportError:
+        FSDPModule = ()  # noqa: N806 - isinstance(x, ()) is False
     if isinstance(model, FSDP):
         with FSDP.summon_full_params(model, recurse=False):  # inner units gather in their forward
             yield

@@ -70,9 +70,11 @@ def chunked_log_probs(head: Callable[[torch.Tensor], torch.Tensor], hidden: torc
     instead of being kept (one chunk within the budget is kept: no recomputation). The entropy
     carries a gradient only with ``entropy_grad`` (an entropy bonus in the loss).
     """
-    recompute = torch.is_grad_enabled() and hidden.requires_grad and hidden.shape[0] > rows
+    n = hidden.shape[0]
+    recompute = torch.is_grad_enabled() and hidden.requires_grad and n > rows
+    rows = -(-n // -(-n // rows)) if n else rows  # equal chunks: 256 rows at 110 -> 86, 86, 84
     logps, ents = [], []
-    for start in range(0, hidden.shape[0], rows):
+    for start in range(0, n, rows):
         h, t = hidden[start:start + rows], targets[start:start + rows]
         if recompute:
             lp, en = checkpoint(_chunk, head, h, t, softcap, with_entropy, entropy_grad, use_reentrant=False)
