@@ -173,3 +173,16 @@ def test_combine_rewards_follows_trl():
     stats = per_reward_stats(per_func, ["a", "b"])
     assert stats["rewards/a/mean"] == 0.5 and stats["rewards/b/mean"] == 3.0
     assert stats["rewards/a/std"] == pytest.approx(math.sqrt(0.5))  # sample std, as TRL's nanstd
+
+
+def test_reward_from_a_file_path_with_a_weight(tmp_path):
+    from rlguard_trainer.config import ConfigError
+    from rlguard_trainer.rewards import load_rewards
+
+    (tmp_path / "my_rewards.py").write_text(REWARDS)
+    (r,) = load_rewards([f"{tmp_path / 'my_rewards.py'}:short=2.5"])
+    assert (r.name, r.weight) == ("short", 2.5) and r.fn(["p"], ["abc"]) == [-0.5]
+    with pytest.raises(ConfigError, match="no such file"):
+        load_rewards([f"{tmp_path / 'other.py'}:short"])
+    with pytest.raises(ConfigError, match="two reward functions are named 'short'"):
+        load_rewards([f"{tmp_path / 'my_rewards.py'}:short", f"{tmp_path / 'my_rewards.py'}:short=2"])
