@@ -43,6 +43,7 @@ bench: setup ops-tools
 	$(PY) bench/check_speed.py
 	$(PY) bench/corpus_eval.py
 	$(PY) bench/trainer_vs_trl.py
+	$(PY) bench/trainer_memory.py
 	$(PY) bench/daemon_load.py
 	$(PY) bench/daemon_faults.py
 	$(PY) bench/fuzz_readers.py
