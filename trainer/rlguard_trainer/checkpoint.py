@@ -7,18 +7,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .modeling import save_pretrained
+from .distributed import full_state_dict, is_deepspeed, is_fsdp
 
 
 def save(accelerator, ckpt: Path, model, tok, trainer_state: dict, sampler_state: dict) -> Path:
+    """``model`` is the prepared ``LogProbs``; ``model/`` holds its language model (with LoRA:
+    the adapter, as peft saves it)."""
     ckpt = Path(ckpt)
     accelerator.wait_for_everyone()
     accelerator.save_state(str(ckpt / "state"))
     per_rank = ckpt / f"sampler_rank{accelerator.process_index}.json"
     per_rank.parent.mkdir(parents=True, exist_ok=True)
     per_rank.write_text(json.dumps(sampler_state))
+    sharded = is_fsdp(accelerator) or is_deepspeed(accelerator)
+    weights = full_state_dict(accelerator, model) if sharded else None  # a collective: every rank
     if accelerator.is_main_process:
-        save_pretrained(accelerator.unwrap_model(model), tok, ckpt / "model")
+        lm = accelerator.unwrap_model(model).lm
+        lm.save_pretrained(str(ckpt / "model"), state_dict=weights)
+        tok.save_pretrained(str(ckpt / "model"))
         (ckpt / "trainer.json").write_text(json.dumps(trainer_state, allow_nan=True))
     accelerator.wait_for_everyone()
     return ckpt

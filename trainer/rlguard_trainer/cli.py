@@ -1,9 +1,10 @@
 """``rlguard-train``: the bundled GRPO trainer's command line (also under ``accelerate launch``).
 
     rlguard-train --output-dir DIR [--config FILE] [--model PATH] [--max-steps N] [--inject FAULT]
+                  [--dataset FILE --reward module:function[=weight] ...] [--micro-batch N] [--dtype D]
 
 Exit status 0 when the run finished or was stopped by rlguard as designed; 2 on a bad
-configuration; 1 on other errors.
+configuration or bad input (dataset, column, reward path, model directory); 1 on other errors.
 """
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import argparse
 import sys
 from dataclasses import fields
 
-from .config import FAULTS, TrainConfig, help_table
+from .config import FAULTS, ConfigError, TrainConfig, help_table
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", help="checkpoint directory to resume from")
     p.add_argument("--seed", type=int)
     p.add_argument("--rules", action="append", help="rlguard rule pack (repeatable; default pack otherwise)")
+    p.add_argument("--dataset", help="prompt dataset: .jsonl/.json, .parquet, or a save_to_disk directory")
+    p.add_argument("--eval-dataset", help="held-out prompts for evaluation (same formats)")
+    p.add_argument("--prompt-column", help="the dataset's prompt column (default: prompt)")
+    p.add_argument("--reward", action="append", dest="rewards", metavar="MODULE:FUNCTION[=WEIGHT]",
+                   help="reward function with TRL's signature (repeatable; e.g. mypkg.rewards:accuracy=1.0)")
+    p.add_argument("--micro-batch", type=int, help="completions per forward/backward pass (gradient accumulation)")
+    p.add_argument("--dtype", choices=("auto", "fp32", "bf16"), help="weights' dtype (auto: bf16 on a bf16 GPU)")
+    p.add_argument("--gradient-checkpointing", action="store_true", default=None, help="recompute activations")
+    p.add_argument("--lora-r", type=int, help="LoRA rank (needs peft; 0: full fine-tuning)")
     p.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                    help="override any config field, e.g. --set learning_rate=1e-3 (repeatable)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -45,7 +55,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         import yaml
 
         data[key] = yaml.safe_load(raw)
-    for name in ("output_dir", "model", "max_steps", "inject", "resume", "seed", "rules"):
+    for name in ("output_dir", "model", "max_steps", "inject", "resume", "seed", "rules", "dataset", "eval_dataset",
+                 "prompt_column", "rewards", "micro_batch", "dtype", "gradient_checkpointing", "lora_r"):
         val = getattr(args, name)
         if val is not None:
             data[name] = val
@@ -63,7 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from .loop import train
 
-    result = train(cfg)
+    try:
+        result = train(cfg)
+    except ConfigError as exc:
+        print(f"rlguard-train: error: {exc}", file=sys.stderr)
+        return 2
     if result["stopped"]:
         print(f"rlguard stopped the run at step {result['step']} ({result['kind']}): {result['reason']}",
               file=sys.stderr)

@@ -15,6 +15,10 @@ FAULTS = ("val_divergence", "beta_collapse", "kl_low", "reward_variance_collapse
           "grad_explosion")
 
 
+class ConfigError(ValueError):
+    """A bad configuration or bad input (dataset, column, reward path): exit 2 with one line."""
+
+
 def opt(default: Any, help: str) -> Any:  # noqa: A002 - mirrors argparse
     return field(default=default, metadata={"help": help})
 
@@ -31,11 +35,33 @@ class TrainConfig:
     inject: str | None = opt(None, f"inject a failure to see rlguard stop it: {', '.join(FAULTS)}")
     rules: list[str] | None = opt(None, "rlguard rule packs (default: the shipped default pack)")
     # --- data / task
+    dataset: str | None = opt(None, "prompt dataset: a .jsonl/.json or .parquet file, or a directory written by "
+                              "datasets' save_to_disk (default: the toy echo task)")
+    eval_dataset: str | None = opt(None, "held-out prompts for evaluation, same formats (the toy task has its own)")
+    prompt_column: str = opt("prompt", "dataset column holding the prompt (a string or a list of chat messages)")
+    answer_column: str | None = opt(None, "gold-answer column for the validation loss (default: 'answer' when "
+                                    "present; without one no loss/eval_loss is logged)")
+    rewards: list[str] | None = opt(None, "reward functions 'module:function[=weight]' or 'file.py:function"
+                                    "[=weight]', TRL's signature (default: the toy task's reward)")
+    chat_template: bool = opt(True, "wrap prompts in the tokenizer's chat template when it has one")
     prompts_per_step: int = opt(8, "prompts per step per process")
     num_generations: int = opt(8, "completions sampled per prompt (the GRPO group)")
     max_new_tokens: int = opt(6, "completion length limit in tokens")
     temperature: float = opt(1.0, "sampling temperature for rollouts")
     train_prompts: int = opt(0, "size of the training prompt set (0: all training prompts)")
+    # --- memory and precision
+    micro_batch: int = opt(0, "completions per forward/backward pass; gradients accumulate over the batch "
+                           "(0: the whole batch at once)")
+    generation_batch: int = opt(0, "completions per generate() call (0: micro_batch)")
+    dtype: str = opt("auto", "weights of the policy and the reference: auto (bf16 on a CUDA GPU with bf16, "
+                     "else fp32) | fp32 | bf16")
+    gradient_checkpointing: bool = opt(False, "recompute decoder activations in the backward pass")
+    logit_chunk_mb: float = opt(64.0, "fp32 logits held at once when taking log-probs (MB); sequences are "
+                                "processed in chunks of that size")
+    lora_r: int = opt(0, "LoRA rank (0: full fine-tuning); needs peft; the reference is the base model")
+    lora_alpha: float = opt(32.0, "LoRA alpha")
+    lora_dropout: float = opt(0.0, "LoRA dropout")
+    lora_target_modules: str = opt("all-linear", "LoRA target modules: all-linear or comma-separated names")
     # --- GRPO
     learning_rate: float = opt(5e-4, "peak learning rate (AdamW)")
     warmup_steps: int = opt(5, "linear warm-up steps, then cosine decay to 10% of peak")
@@ -84,6 +110,17 @@ class TrainConfig:
             raise ValueError("num_generations must be >= 2 (GRPO compares completions of a prompt)")
         if self.mixed_precision not in ("no", "fp16", "bf16"):
             raise ValueError("mixed_precision is one of: no, fp16, bf16")
+        if self.dtype not in ("auto", "fp32", "bf16"):
+            raise ValueError(f"dtype {self.dtype!r}: one of auto, fp32, bf16")
+        if self.micro_batch < 0 or self.generation_batch < 0 or self.lora_r < 0:
+            raise ValueError("micro_batch, generation_batch and lora_r are >= 0")
+        if self.logit_chunk_mb <= 0:
+            raise ValueError("logit_chunk_mb must be > 0")
+        if self.rewards is not None and (not isinstance(self.rewards, list)
+                                         or not all(isinstance(r, str) for r in self.rewards)):
+            raise ValueError(f"rewards: a list of 'module:function[=weight]' strings, got {self.rewards!r}")
+        if self.dataset and not self.rewards:
+            raise ValueError("--dataset needs at least one --reward module:function (TRL's reward signature)")
         return self
 
     def to_yaml(self) -> str:

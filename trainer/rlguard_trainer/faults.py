@@ -3,12 +3,11 @@ rules can be seen stopping them. Each fault changes one thing, named after its a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
-
 import torch
 
 from .config import TrainConfig
-from .task import Example, constant_reward
+from .rewards import Reward
+from .task import constant
 
 FAULT_STEP = 30  # where the step-triggered faults (NaN, learning-rate spike) begin
 
@@ -28,11 +27,12 @@ class Faults:
             cfg.train_prompts, cfg.beta, cfg.eval_every = 2, 0.0, 5
         return f
 
-    def training_set(self, train: list[Example], n: int) -> list[Example]:
+    def training_set(self, train: list[dict], n: int) -> list[dict]:
         return train[:n] if n else train
 
-    def reward_fn(self, fn: Callable[[str, str, int], float]) -> Callable[[str, str, int], float]:
-        return constant_reward if self.kind == "reward_variance_collapse" else fn
+    def rewards(self, rewards: list[Reward]) -> list[Reward]:
+        """reward_variance_collapse: one constant reward function instead of the task's."""
+        return [Reward("constant", constant)] if self.kind == "reward_variance_collapse" else rewards
 
     def lr_multiplier(self, step: int) -> float:
         """grad_explosion: the learning rate jumps 300x at FAULT_STEP (a scheduler bug)."""

@@ -1,13 +1,19 @@
-"""The GRPO driver: read it top to bottom.
+"""The GRPO driver: read it top to bottom (one step is ``step.py``).
 
 What is simplified relative to full GRPO (DeepSeekMath) and TRL's GRPOTrainer:
-- completions come from ``model.generate`` on the training processes (no vLLM server);
-- one reward function per run, and the reference model is the initial policy, never refreshed;
+- completions come from ``model.generate`` on the training processes (no vLLM server), in
+  micro-batches of ``generation_batch`` rows;
+- reward functions are plain Python callables with TRL's signature, combined TRL's way (a
+  weighted sum, None skipped); no reward models, no async rewards, no tools or environments;
+- the reference model is the initial policy (with LoRA: the base model), never refreshed;
 - the loss is averaged over all completion tokens of the batch (token-level, as DAPO and
   TRL's default), with no separate per-sequence normalisation option;
+- log-probs are taken at temperature 1 whatever the sampling temperature;
 - the KL controller is a target-range one (seed 004, verl's spirit), not Ziegler's
   proportional controller;
-- the validation loss is the NLL of gold answers on held-out prompts, which this toy task has;
+- the validation loss is the NLL of gold answers on held-out prompts, only for a task that
+  has them (the toy task; a dataset with an ``answer`` column); every rank evaluates the same
+  held-out prompts;
 - the default tiny model gets a few seconds of supervised warm-up on noisy answers before RL,
   standing in for the SFT stage that real RL fine-tuning starts from.
 """
@@ -17,6 +23,7 @@ import copy
 import json
 import logging
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,12 +33,16 @@ from rlguard import Verdict
 
 from . import checkpoint
 from .config import TrainConfig
+from .distributed import configure_engine, gathered_for_generation, mean_over_ranks, prepare_reference, rank_sum
 from .faults import Faults
-from .grpo import KLController, group_advantages, grpo_loss, lr_factor, reward_stats
+from .grpo import KLController, combine_rewards, lr_factor
 from .guard import Guard
-from .modeling import build_tiny, load_pretrained, warm_start
-from .rollout import generate, gold_nll, sequence_log_probs
-from .task import PromptSampler, all_examples, echo_reward, split
+from .modeling import build_tiny, load_pretrained, prepare_for_training, resolve_dtype, warm_start
+from .policy import LogProbs
+from .rewards import Reward
+from .rollout import generate, gold_nll, prompt_texts
+from .step import grpo_step, score_rollout
+from .task import Example, PromptSampler, Task, load_task
 
 
 @dataclass
@@ -42,18 +53,22 @@ class Run:
     acc: Any
     out: Path
     tok: Any
-    model: Any
-    ref: Any
+    model: Any  # the policy as a log-prob function (policy.LogProbs), prepared by Accelerate
+    ref: Any  # the frozen reference, prepared the same way; None with LoRA (adapters off instead)
     optimizer: Any
     scheduler: Any
-    held_out: list
+    task: Task
     sampler: PromptSampler
-    reward_fn: Any
+    rewards: list[Reward]
     kl: KLController
     guard: Guard
     faults: Faults
     start: int = 0
     saved: dict[int, str] = field(default_factory=dict)  # step -> checkpoint path
+
+    @property
+    def weights(self) -> torch.Tensor:
+        return torch.tensor([r.weight for r in self.rewards])
 
     def save(self, step: int) -> str:
         state = {"step": step, "beta": self.kl.beta, "rlguard": self.guard.state_dict()}
@@ -67,7 +82,7 @@ def train(cfg: TrainConfig) -> dict:
     """Run GRPO until ``max_steps`` or until rlguard stops the run; return a short summary."""
     run = setup(cfg)
     acc, out = run.acc, run.out
-    rank_sum = _rank_sum(acc)  # the processes really talk: all-reduce of their rank ids
+    ranks = rank_sum(acc)  # the processes really talk: all-reduce of their rank ids
     bar = _progress(cfg, acc, run.start)
     step_ends: list[float] = []  # wall clock at the end of each step (for benchmarks)
     stopped: Verdict | None = None
@@ -79,9 +94,10 @@ def train(cfg: TrainConfig) -> dict:
         # a second record of the same step, as transformers logs them
         verdict = run.guard.observe(step, metrics)
         if not verdict.stop and cfg.eval_every and step % cfg.eval_every == 0:
-            evals = _mean_over_ranks(acc, evaluate(run))
-            verdict = verdict.then(run.guard.observe(step, evals))
-            metrics.update(evals)
+            evals = mean_over_ranks(acc, evaluate(run, step))
+            if evals:
+                verdict = verdict.then(run.guard.observe(step, evals))
+                metrics.update(evals)
         if acc.is_main_process:
             _log(out, step, metrics)
         if verdict.checkpoint or (cfg.save_every and step % cfg.save_every == 0):
@@ -95,7 +111,7 @@ def train(cfg: TrainConfig) -> dict:
     bar.close()
     if stopped is None and step not in run.saved:
         run.save(step)
-    _write_rank_report(out, acc, rank_sum, step, stopped)
+    _write_rank_report(out, acc, ranks, step, stopped, run.model)
     acc.wait_for_everyone()
     acc.end_training()
     return {"stopped": stopped is not None, "step": step, "step_ends": step_ends,
@@ -103,7 +119,7 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def setup(cfg: TrainConfig) -> Run:
-    """Accelerator, models (policy and frozen reference), optimizer, data, rlguard."""
+    """Accelerator, task, models (policy and frozen reference), optimizer, data, rlguard."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
     from transformers.utils import logging as hf_logging
@@ -111,24 +127,28 @@ def setup(cfg: TrainConfig) -> Run:
     hf_logging.set_verbosity_error()  # keep the console to the progress bar and rlguard's verdict
     hf_logging.disable_progress_bar()
     logging.getLogger("accelerate").setLevel(logging.ERROR)  # "Removed shared tensor" on every save
+    warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6")  # peft on transformers 5
     acc = Accelerator(cpu=cfg.cpu or not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     out = Path(cfg.output_dir)
+    task = load_task(cfg)  # a bad dataset, column or reward path fails before any model loads
     faults = Faults.for_run(cfg)
     set_seed(cfg.seed)  # identical initial weights on every rank
-    train_set, held_out = split(all_examples(cfg.max_new_tokens))
-    if cfg.model:
-        tok, model = load_pretrained(cfg.model)
-    else:
-        tok, model = build_tiny(cfg.seed)
-        warm_start(model, tok, train_set, steps=cfg.warm_start_steps, seed=cfg.seed)
-    ref = copy.deepcopy(model).eval().requires_grad_(False).to(acc.device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    tok, lm = _load_model(cfg, task)
+    prompt_texts(tok, task.prompts(task.train[:1]), cfg.chat_template)  # chat messages need a template
+    ref = None if cfg.lora_r else prepare_reference(acc, LogProbs(copy.deepcopy(lm), cfg.logit_chunk_mb))
+    lm = prepare_for_training(lm, gradient_checkpointing=cfg.gradient_checkpointing, lora_r=cfg.lora_r,
+                              lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                              lora_target_modules=cfg.lora_target_modules)
+    model = LogProbs(lm, cfg.logit_chunk_mb)
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.learning_rate,
+                                  weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: lr_factor(s, cfg.warmup_steps, cfg.max_steps) * faults.lr_multiplier(s))
+    configure_engine(acc, cfg.micro_batch or cfg.prompts_per_step * cfg.num_generations)
     model, optimizer, scheduler = acc.prepare(model, optimizer, scheduler)
-    run = Run(cfg, acc, out, tok, model, ref, optimizer, scheduler, held_out,
-              PromptSampler(faults.training_set(train_set, cfg.train_prompts), seed=cfg.seed * 1000 + acc.process_index),
-              faults.reward_fn(echo_reward),
+    sampler = PromptSampler(faults.training_set(task.train, cfg.train_prompts),
+                            seed=cfg.seed * 1000 + acc.process_index)
+    run = Run(cfg, acc, out, tok, model, ref, optimizer, scheduler, task, sampler, faults.rewards(task.rewards),
               KLController(cfg.beta, cfg.kl_adaptive, cfg.kl_target_min, cfg.kl_target_max, cfg.kl_factor,
                            cfg.beta_min, cfg.beta_max),
               Guard(acc, out, cfg.rules, run=out.name), faults)
@@ -140,87 +160,48 @@ def setup(cfg: TrainConfig) -> Run:
     return run
 
 
-def grpo_step(run: Run, step: int) -> dict[str, float]:
-    """One GRPO step: sample, score, several clipped passes; return the metrics (rank mean)."""
-    cfg, acc, model = run.cfg, run.acc, run.model
-    t0 = time.perf_counter()
-    batch = run.sampler.next(cfg.prompts_per_step)
-    prompts = [ex.prompt for ex in batch]
-
-    # 1. sample a group of completions per prompt and score them
-    model.eval()
-    roll = generate(acc.unwrap_model(model), run.tok, prompts, cfg.num_generations, cfg.max_new_tokens,
-                    cfg.temperature, run.reward_fn)
-    advantages = group_advantages(roll.rewards, cfg.num_generations, cfg.scale_rewards)
-    mask = roll.completion_mask.float()
-
-    # 2. log-probs of the sampling policy and of the reference, fixed for this batch
-    with torch.no_grad():
-        old_logp, _ = sequence_log_probs(model, roll.input_ids, roll.attention_mask, roll.prompt_len)
-        ref_logp, _ = sequence_log_probs(run.ref, roll.input_ids, roll.attention_mask, roll.prompt_len)
-
-    # 3. several clipped policy-gradient passes over the batch
-    model.train()
-    for _ in range(cfg.num_iterations):
-        logp, ent = sequence_log_probs(model, roll.input_ids, roll.attention_mask, roll.prompt_len,
-                                       with_entropy=True)
-        parts = grpo_loss(logp, old_logp, ref_logp, advantages, mask, beta=run.kl.beta, epsilon=cfg.epsilon,
-                          epsilon_high=cfg.epsilon_high, entropy=ent, entropy_coef=cfg.entropy_coef)
-        acc.backward(run.faults.corrupt_loss(parts.loss, step))
-        grad_norm = acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        if run.faults.frozen:
-            run.optimizer.zero_grad()  # the frozen-policy fault: gradients never reach the weights
-        run.optimizer.step()
-        run.optimizer.zero_grad()
-    run.scheduler.step()
-
-    # 4. metrics, averaged over ranks; the KL controller sees the KL of this step
-    metrics = {
-        "loss": gold_nll(acc.unwrap_model(model), run.tok, prompts, [ex.answer for ex in batch]),
-        "policy_loss": parts.surrogate, "kl": parts.kl, "beta": run.kl.beta, "entropy": parts.entropy,
-        "grad_norm": float(grad_norm), "learning_rate": run.scheduler.get_last_lr()[0],
-        "clip_ratio/region_mean": parts.clip_ratio,
-        "completions/mean_length": roll.completion_mask.sum(1).float().mean().item(),
-        "completions/clipped_ratio": (roll.completion_mask[:, -1] > 0).float().mean().item(),
-        **reward_stats(roll.rewards, cfg.num_generations),
-    }
-    metrics = _mean_over_ranks(acc, metrics)
-    run.kl.update(metrics["kl"])
-    metrics["step_time"] = time.perf_counter() - t0
-    return metrics
+def _load_model(cfg: TrainConfig, task: Task):
+    """(tokenizer, model) in the training dtype: ``--model``, or the tiny model (warmed up on
+    the toy task's noisy answers)."""
+    dtype = resolve_dtype(cfg.dtype, cfg.cpu)
+    if cfg.model:
+        return load_pretrained(cfg.model, dtype)
+    tok, model = build_tiny(cfg.seed)
+    if not cfg.dataset:
+        warm_start(model, tok, [Example(r["prompt"], r["answer"]) for r in task.train],
+                   steps=cfg.warm_start_steps, seed=cfg.seed)
+    return tok, model.to(dtype)
 
 
-def _rank_sum(acc) -> int:
-    t = torch.tensor([float(acc.process_index)], device=acc.device)
-    return int(acc.reduce(t, reduction="sum").item()) if acc.num_processes > 1 else 0
-
-
-def _write_rank_report(out: Path, acc, rank_sum: int, step: int, stopped: Verdict | None) -> None:
-    """Each process records where it ended: a stop must end every rank at the same step."""
+def _write_rank_report(out: Path, acc, ranks: int, step: int, stopped: Verdict | None, model) -> None:
+    """Each process records where it ended, and a checksum of its weights: a stop must end
+    every rank at the same step, and data-parallel ranks must hold the same weights."""
     path = out / "rlguard" / "ranks" / f"rank{acc.process_index}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
+    checksum = sum(float(p.detach().double().sum()) for p in acc.unwrap_model(model).parameters())
     path.write_text(json.dumps({"rank": acc.process_index, "world_size": acc.num_processes,
-                                "rank_sum": rank_sum, "last_step": step, "stopped": stopped is not None}))
+                                "rank_sum": ranks, "last_step": step, "stopped": stopped is not None,
+                                "weights_checksum": checksum}))
 
 
-def evaluate(run: Run) -> dict[str, float]:
-    """Validation reward (one sampled completion per prompt, as pass@1 is measured) and
-    validation loss (gold NLL) on held-out prompts."""
-    cfg, model = run.cfg, run.acc.unwrap_model(run.model)
-    exs = run.held_out[: cfg.eval_prompts]
-    model.eval()
-    roll = generate(model, run.tok, [e.prompt for e in exs], 1, cfg.max_new_tokens, cfg.temperature, run.reward_fn)
-    return {"eval_reward": roll.rewards.mean().item(),
-            "eval_loss": gold_nll(model, run.tok, [e.prompt for e in exs], [e.answer for e in exs])}
-
-
-def _mean_over_ranks(acc, metrics: dict[str, float]) -> dict[str, float]:
-    if acc.num_processes == 1:
-        return metrics
-    keys = sorted(metrics)
-    t = torch.tensor([metrics[k] for k in keys], dtype=torch.float64, device=acc.device)
-    t = acc.reduce(t, reduction="mean")
-    return {k: float(v) for k, v in zip(keys, t.tolist())}
+def evaluate(run: Run, step: int) -> dict[str, float]:
+    """Validation reward (one sampled completion per held-out prompt, as pass@1 is measured)
+    and, where the task has gold answers, validation loss (their NLL). Nothing without
+    held-out prompts."""
+    cfg, rows = run.cfg, run.task.held_out[: run.cfg.eval_prompts]
+    if not rows:
+        return {}
+    texts = prompt_texts(run.tok, run.task.prompts(rows), cfg.chat_template)
+    run.model.eval()
+    with gathered_for_generation(run.model):
+        roll = generate(run.acc.unwrap_model(run.model).lm, run.tok, texts, 1, cfg.max_new_tokens,
+                        cfg.temperature, cfg.generation_batch or cfg.micro_batch)
+    rewards = combine_rewards(score_rollout(run, rows, roll, 1, step), run.weights)
+    out = {"eval_reward": rewards.nanmean().item()}
+    if run.task.answer_column:
+        out["eval_loss"] = gold_nll(run.model, run.tok, texts, [r[run.task.answer_column] for r in rows],
+                                    cfg.micro_batch)
+    return out
 
 
 def _log(out: Path, step: int, metrics: dict[str, float]) -> None:

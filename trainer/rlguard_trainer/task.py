@@ -1,4 +1,7 @@
-"""The toy verifiable task and its character tokenizer, built offline.
+"""The task: training and held-out prompts, the gold-answer column if any, the rewards.
+
+``load_task`` builds it from ``--dataset``/``--reward`` (``data.py``, ``rewards.py``) or, by
+default, from the toy verifiable task below, with its character tokenizer built offline.
 
 Prompt ``"cab:7>"``: three letters, a digit, ``>``. The answer repeats the digit; the reward
 is the fraction of the ``max_new_tokens`` completion positions that hold it (so an early EOS
@@ -12,6 +15,10 @@ import hashlib
 import itertools
 import random
 from dataclasses import dataclass
+
+from .config import TrainConfig
+from .data import check_columns, load_rows
+from .rewards import Reward, load_rewards
 
 LETTERS = "abcdefgh"
 DIGITS = "0123456789"
@@ -71,16 +78,60 @@ def constant_reward(prompt: str, completion: str, length: int) -> float:
     return 0.5
 
 
+def echo_digit(prompts, completions, answer, **_) -> list[float]:
+    """The toy reward with TRL's signature: the fraction of the gold answer's positions the
+    completion matches (``echo_reward`` of each completion, the gold answer being the digit
+    repeated ``max_new_tokens`` times)."""
+    return [sum(c == a for c, a in zip(comp, ans)) / len(ans) for comp, ans in zip(completions, answer)]
+
+
+def constant(prompts, completions, **_) -> list[float]:
+    """A broken reward function with TRL's signature (fault injection)."""
+    return [constant_reward("", "", 1) for _ in prompts]
+
+
+@dataclass
+class Task:
+    train: list[dict]  # rows: the prompt column and any other columns (passed to the rewards)
+    held_out: list[dict]
+    rewards: list[Reward]
+    prompt_column: str = "prompt"
+    answer_column: str | None = None  # gold answers: a validation loss is logged only with them
+
+    def prompts(self, rows: list[dict]) -> list:
+        return [row[self.prompt_column] for row in rows]
+
+    def columns(self, rows: list[dict], repeat: int) -> dict[str, list]:
+        """Every column but the prompt, each value repeated for the ``repeat`` completions of its row."""
+        names = sorted({k for row in rows for k in row} - {self.prompt_column})
+        return {k: [row.get(k) for row in rows for _ in range(repeat)] for k in names}
+
+
+def load_task(cfg: TrainConfig) -> Task:
+    rewards = load_rewards(cfg.rewards) if cfg.rewards else [Reward("echo_digit", echo_digit)]
+    if not cfg.dataset:
+        train, held = split(all_examples(cfg.max_new_tokens))
+        rows = lambda exs: [{"prompt": e.prompt, "answer": e.answer} for e in exs]  # noqa: E731
+        return Task(rows(train), rows(held), rewards, "prompt", "answer")
+    train = load_rows(cfg.dataset)
+    answer = check_columns(train, cfg.dataset, cfg.prompt_column, cfg.answer_column)
+    held = []
+    if cfg.eval_dataset:
+        held = load_rows(cfg.eval_dataset, "--eval-dataset")
+        check_columns(held, cfg.eval_dataset, cfg.prompt_column, answer, "--eval-dataset")
+    return Task(train, held, rewards, cfg.prompt_column, answer)
+
+
 class PromptSampler:
     """Epoch-style sampling without replacement, reshuffled each pass, seeded per process."""
 
-    def __init__(self, examples: list[Example], seed: int) -> None:
+    def __init__(self, examples: list, seed: int) -> None:
         self.examples = list(examples)
         self.rng = random.Random(seed)
         self.order: list[int] = []
         self.epoch = 0
 
-    def next(self, n: int) -> list[Example]:
+    def next(self, n: int) -> list:
         out = []
         while len(out) < n:
             if not self.order:
