@@ -6,9 +6,13 @@ from __future__ import annotations
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
+
+from pathlib import Path
 
 import pytest
 from daemon_helpers import append, constant_reward, free_port, healthy
@@ -209,13 +213,27 @@ def test_bad_config_is_one_line_and_exit_2(tmp_path, config):
     assert "daemon.yaml" in r.stderr
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can list any directory")
 def test_unreadable_watch_dir_is_exit_2(tmp_path):
-    locked = tmp_path / "locked"
+    """Root lists any directory, so as root (CI) the daemon runs as nobody (setpriv), in a
+    folder nobody can enter, with the watched dir locked."""
+    base, prefix = tmp_path, []
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("running as root and util-linux's setpriv is missing: root lists any directory")
+        base = Path(tempfile.mkdtemp(prefix="rlguard-unreadable-"))
+        base.chmod(0o777)
+        prefix = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    locked = base / "locked"
     locked.mkdir(mode=0)
-    r = run_daemon(tmp_path, "--watch", str(locked), "--state-dir", str(tmp_path / "s"),
-                   "--listen", f"127.0.0.1:{free_port()}")
-    assert r.returncode == 2 and "cannot list" in r.stderr and "Traceback" not in r.stderr
+    try:
+        r = subprocess.run([*prefix, sys.executable, "-m", "rlguard", "daemon", "--watch", str(locked),
+                            "--state-dir", str(base / "s"), "--listen", f"127.0.0.1:{free_port()}"],
+                           capture_output=True, text=True, timeout=20)
+    finally:
+        if base != tmp_path:
+            shutil.rmtree(base, ignore_errors=True)
+    assert r.returncode == 2 and "cannot list" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
 
 
 def test_new_run_is_seen_within_one_poll_interval(tmp_path, daemon_factory):
