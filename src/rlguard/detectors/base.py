@@ -128,8 +128,19 @@ def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) 
 
             out[j:] = median_filter(seg, size=w, mode="nearest", origin=(w - 1) // 2)[w - 1:]
         else:
-            out[j:] = f(np.lib.stride_tricks.sliding_window_view(seg, w), axis=1)
+            out[j:] = f(windows(seg, w), axis=1)
     return out
+
+
+def windows(x: np.ndarray, w: int) -> np.ndarray:
+    """Read-only view of every window of ``w`` consecutive values of a 1-D array (as numpy's
+    ``sliding_window_view``, without its per-call checks: online chunks call this thousands
+    of times a second)."""
+    x = np.ascontiguousarray(x)
+    n = x.shape[0] - w + 1
+    if n <= 0:
+        return np.empty((0, w), dtype=x.dtype)
+    return np.lib.stride_tricks.as_strided(x, shape=(n, w), strides=(x.strides[0], x.strides[0]), writeable=False)
 
 
 def extend_tail(tail: list[float], values: np.ndarray) -> np.ndarray:

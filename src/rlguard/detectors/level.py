@@ -28,7 +28,7 @@ import numpy as np
 from pydantic import Field
 
 from .base import (TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
-                   robust_sigma_of_diffs, rolling, upper_median)
+                   robust_sigma_of_diffs, rolling, upper_median, windows)
 from .simple import compare
 
 
@@ -228,7 +228,7 @@ class Growth(_Rolling):
         full = end - p.baseline_window >= 0
         if full.any():
             uniq, inv = np.unique(end[full], return_inverse=True)
-            view = np.lib.stride_tricks.sliding_window_view(hist, p.baseline_window)
+            view = windows(hist, p.baseline_window)
             base[full] = upper_median(view[uniq - p.baseline_window], axis=1)[inv]
             if p.over_baseline_max is not None:
                 top[full] = view[uniq - p.baseline_window].max(axis=1)[inv]

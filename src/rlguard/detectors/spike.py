@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, windows
 
 
 @register
@@ -61,7 +61,7 @@ class Spike(Detector):
         full = uniq - p.window >= 0
         if full.any():
             pos = uniq[full]
-            view = np.lib.stride_tricks.sliding_window_view(hist[: pos.max()], p.window)[pos - p.window]
+            view = windows(hist[: pos.max()], p.window)[pos - p.window]
             m = np.median(view, axis=1)
             um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
             um[full], ud[full] = m, np.median(np.abs(view - m[:, None]), axis=1)
