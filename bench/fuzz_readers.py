@@ -60,6 +60,8 @@ def seeds() -> dict[str, bytes]:
             f"{r['step']},{r['loss']},{r['reward']},{'' if r['eval/loss'] is None else r['eval/loss']}\n"
             for r in rows)).encode(),
     }
+    out["log_history_list"] = json.dumps([{k if k != "eval/loss" else "eval_loss": v for k, v in r.items()
+                                            if v is not None} for r in rows], indent=2).encode()
     out["mlflow"] = _mlflow_bytes(rows)
     try:
         out["wandb"] = _wandb_bytes(rows)
@@ -218,11 +220,15 @@ def mutate(rng: random.Random, fmt: str, seed: bytes, heavy: bool = True) -> byt
 
 
 # ---------------------------------------------------------------------- running
+#: seeds that are another form of a reader's format
+READER_OF = {"log_history_list": "trainer_state"}
+
+
 def read_case(path: Path, fmt: str, judge: bool = True) -> None:
     """What `rlguard check` does with a file, minus the report: read it, build its columns, and
     (``judge``) run the rules on them. The bench builds columns only: the rules are tested
     elsewhere, and they would make 100,000 cases per format take hours."""
-    reader = open_reader(str(path), fmt)
+    reader = open_reader(str(path), READER_OF.get(fmt, fmt))
     if judge:
         wd = Watchdog(run="fuzz")
         for batch in reader.batches(str(path), 5000):

@@ -122,6 +122,36 @@ def test_trainer_state_without_log_history(tmp_path):
         read_log(write(tmp_path, "y.json", '{"log_history": 3}'), "trainer_state")
 
 
+def test_log_history_saved_alone_as_a_json_list(tmp_path):
+    """``json.dump(trainer.state.log_history)`` (or a custom loop's list of per-step dicts):
+    the same entries as inside trainer_state.json, the same records."""
+    history = json.loads(TRAINER_STATE.replace("NaN", '"NaN"').replace("-Infinity", '"-Inf"')
+                         .replace("Infinity", '"Inf"'))["log_history"]
+    text = TRAINER_STATE[TRAINER_STATE.index('"log_history": [') + len('"log_history": '):]
+    text = text[: text.index("\n  ],") + 4]  # the list, verbatim (NaN and Infinity tokens included)
+    path = write(tmp_path, "training_history.json", text)
+    assert detect_format(path) == "trainer_state"
+    records, stats, _ = read_log(path)
+    whole, _, _ = read_log(write(tmp_path, "trainer_state.json", TRAINER_STATE))
+    assert [(r.step, sorted(r.metrics)) for r in records] == [(r.step, sorted(r.metrics)) for r in whole]
+    assert len(records) == len(history) == 4 and stats.bad_lines == 0
+    cut = write(tmp_path, "cut.json", text[: text.index('"grad_norm": -Infinity')])
+    records, stats, _ = read_log(cut, "trainer_state")
+    assert steps(records) == [5, 5] and "cut short" in stats.warnings[0]
+
+
+def test_a_json_list_of_non_metric_objects_is_unusable_input(tmp_path, capsys):
+    from rlguard.cli import main
+
+    path = write(tmp_path, "labels.json", json.dumps([{"file": "a.log", "expect": None}, {"file": "b.log"}]))
+    assert main(["check", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "no numeric metrics in its 2 records" in err and str(path) in err
+    assert len(err.strip().splitlines()) == 1
+    with pytest.raises(LogFormatError, match="not a training log"):  # a list, but not of objects
+        detect_format(write(tmp_path, "nums.json", "[1, 2, 3]\n"))
+
+
 # ------------------------------------------------------------------------------ hf_console
 
 HF_CONSOLE = (

@@ -29,6 +29,11 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
 
         raise LogFormatError(f"no training records found ({fmt_name} format; {stats.lines} lines read)",
                              path=path, line=stats.first_bad_line)
+    if not wd.latest():  # records, but not one number in them: nothing was judged
+        from .errors import LogFormatError
+
+        raise LogFormatError(f"no numeric metrics in its {n} records ({fmt_name} format; "
+                             f"{stats.bad_values} value(s) were not numbers): nothing to judge", path=path)
     idle = wd.idle_note()
     notes = _notes(wd, stats) + ([idle] if idle else [])
     if out_format == "json":

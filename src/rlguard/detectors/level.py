@@ -132,6 +132,9 @@ class Collapse(_Rolling):
             "judge only while the 10 samples before this one (less the collapse in progress) stay "
             "within this factor of each other: a metric whose own noise swings 50x between "
             "records (tiny-batch entropy) gets no opinion from a short-window rule"))
+        recent_ratio: float | None = Field(None, gt=0, lt=1, description=(
+            "and level <= this times the median of the 10 samples before (less the collapse in "
+            "progress): a fall from where the metric sat, not from a burst that made the peak"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -141,7 +144,7 @@ class Collapse(_Rolling):
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
         rw = p.ref_window
-        keep = max(p.window, rw or 1, 11 if p.max_spread is not None else 1) - 1
+        keep = max(p.window, rw or 1, 11 if p.max_spread is not None or p.recent_ratio is not None else 1) - 1
         hist, level, first = self._levels(chunk, keep)
         n = len(level)
         pos = first + np.arange(n)
@@ -163,26 +166,35 @@ class Collapse(_Rolling):
         trig = ratio <= p.max_ratio
         if p.abs_below is not None:
             trig &= compare(level, chunk.quantum, None, p.abs_below) == TRIGGERED
-        if p.max_spread is not None:  # only where it matters: the rule would trigger
+        if p.max_spread is not None or p.recent_ratio is not None:  # only where the rule would trigger
             cand_j = np.flatnonzero(ok & trig)
             calm = np.zeros(n, dtype=bool)
-            calm[cand_j] = self._calm(hist, n, run, p.max_spread, cand_j)
+            calm[cand_j] = self._calm(hist, n, run, level, cand_j)
             ok &= calm
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         if n:
             self.ref, self.ref_step = float(run[-1]), int(ref_step[-1])
         return Scan(verdict, ratio, run, ref_step.astype(np.int64), level=level)
 
-    def _calm(self, hist: np.ndarray, n: int, ref: np.ndarray, spread: float,
+    def _calm(self, hist: np.ndarray, n: int, ref: np.ndarray, level: np.ndarray,
               where: np.ndarray) -> np.ndarray:
+        """Where each candidate may be judged: the 10 samples before it, less the collapse in
+        progress, stayed within ``max_spread`` of each other, and (``recent_ratio``) the level
+        fell that far below their median."""
+        p = self.p
         out = np.zeros(len(where), dtype=bool)
         off = len(hist) - n
         for i, j in enumerate(where.tolist()):  # the 10 samples before each candidate
             prev = hist[max(0, off + j - 10): off + j]
-            low = prev <= self.p.max_ratio * ref[j]
+            low = prev <= p.max_ratio * ref[j]
             streak = len(low) - (np.flatnonzero(~low)[-1] + 1) if (~low).any() else len(low)
             prev = prev[: len(prev) - streak]  # the collapse in progress is not noise; earlier dips are
-            out[i] = len(prev) > 0 and prev.min() > 0 and prev.max() <= spread * prev.min()
+            ok = len(prev) > 0
+            if ok and p.max_spread is not None:
+                ok = prev.min() > 0 and prev.max() <= p.max_spread * prev.min()
+            if ok and p.recent_ratio is not None:
+                ok = level[j] <= p.recent_ratio * float(np.median(prev))
+            out[i] = ok
         return out
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
@@ -215,10 +227,15 @@ class Growth(_Rolling):
         over_baseline_max: float | None = Field(None, gt=0, description=(
             "and level >= this times the largest value of the baseline window (heavy-tailed "
             "metrics: growth beyond what the run's own bursts reached)"))
+        long_window: int | None = Field(None, ge=3, description=(
+            "and level >= min_factor times the median of the N samples before the baseline's end: "
+            "a metric that drops into a lull (a GRPO gradient norm while every group ties) and "
+            "comes back has not grown against the run's own usual level"))
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        hist, level, first = self._levels(chunk, p.lag + p.baseline_window + p.window + p.refresh)
+        keep = p.lag + max(p.baseline_window, p.long_window or 0) + p.window + p.refresh
+        hist, level, first = self._levels(chunk, keep)
         n = len(level)
         off = len(hist) - n  # index in hist of the first new sample
         absolute = first + np.arange(n)
@@ -241,6 +258,10 @@ class Growth(_Rolling):
         trig = (ratio >= p.min_factor) & (lower > p.min_value)
         if p.over_baseline_max is not None:
             trig &= lower >= p.over_baseline_max * top
+        if p.long_window is not None:  # only where it matters: the rule would trigger
+            for j in np.flatnonzero(trig):
+                usual = upper_median(hist[max(0, end[j] - p.long_window): max(end[j], 1)])
+                trig[j] = lower[j] >= p.min_factor * usual
         verdict = np.where(np.isfinite(ratio), trig.astype(np.int8), UNKNOWN).astype(np.int8)
         return Scan(verdict, ratio, base, level=level)
 

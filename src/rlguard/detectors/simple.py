@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from .base import FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
 
@@ -55,6 +55,10 @@ class Threshold(Detector):
         below: float | None = None
         window: int = 1
         statistic: Literal["median", "mean"] = "median"
+        fractional_only: bool = Field(False, description=(
+            "no opinion until a value strictly between 0 and 1 has been seen: a fraction over "
+            "one item per record (one GRPO group per step) is 0 or 1, and a median of such "
+            "votes is a majority of chances, which base-rate rules judge instead"))
 
         @model_validator(mode="after")
         def _one_bound(self):
@@ -67,6 +71,7 @@ class Threshold(Detector):
     def __init__(self, params) -> None:
         super().__init__(params)
         self.tail: list[float] = []
+        self.fractional = False
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -78,6 +83,11 @@ class Threshold(Detector):
             self.tail = keep_tail(hist, p.window - 1)
         bound = p.above if p.above is not None else p.below
         verdict = compare(level, chunk.quantum, p.above, p.below)
+        if p.fractional_only:
+            inside = (chunk.values > 0) & (chunk.values < 1)
+            seen = np.logical_or.accumulate(np.concatenate([[self.fractional], inside]))[1:]
+            verdict[~seen] = UNKNOWN
+            self.fractional = bool(seen[-1]) if len(seen) else self.fractional
         return Scan(verdict, level, np.full(len(level), bound), level=level if p.window > 1 else None)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
@@ -87,7 +97,8 @@ class Threshold(Detector):
         return f"{what} = {fmt(stat)}, {rel} {fmt(ref)}"
 
     def state_dict(self):
-        return {"tail": self.tail}
+        return {"tail": self.tail, "fractional": self.fractional}
 
     def load_state_dict(self, state):
         self.tail = list(state.get("tail", []))
+        self.fractional = bool(state.get("fractional", False))

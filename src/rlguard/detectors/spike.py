@@ -42,6 +42,10 @@ class Spike(Detector):
             "(a Gaussian's sigma), since such a loss jumps between modes (groups with and without "
             "reward spread) that a MAD, sitting in the larger mode, ignores; a stray record or "
             "two in the window moves neither"))
+        long_window: int | None = Field(None, ge=10, description=(
+            "with min_ratio: and value >= min_ratio * the median of the N samples before the "
+            "block: a metric back from a lull (a GRPO gradient norm while every group tied) is "
+            "far above the lull's median but not above the run's usual level"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -97,13 +101,17 @@ class Spike(Detector):
             trig = np.abs(z) >= p.z
         if p.min_ratio is not None:
             trig &= chunk.values >= p.min_ratio * np.abs(med)
+            if p.long_window is not None:  # only where the rule would trigger
+                for j in np.flatnonzero(trig):
+                    usual = np.median(hist[max(0, local[j] - p.long_window): max(local[j], 1)])
+                    trig[j] = chunk.values[j] >= p.min_ratio * abs(float(usual))
         if p.min_abs_delta:
             trig &= np.abs(chunk.values - med) >= p.min_abs_delta
         if p.over_max is not None:
             trig &= chunk.values >= p.over_max * top
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         self.seen += n
-        self.tail = keep_tail(hist, p.window + p.refresh)
+        self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
         return Scan(verdict, z, med)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:

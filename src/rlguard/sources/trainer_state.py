@@ -19,6 +19,10 @@ are numbers are converted, other strings counted in ``bad_values``. An entry wit
 ``step`` gets the previous record's step (0 if none). ``LogRecord.line`` is the line of the
 entry's opening brace.
 
+The same entries saved alone, as a JSON list (``json.dump(trainer.state.log_history, f)``,
+common in experiment repos as ``log_history.json``/``training_history.json``, and in custom
+loops that dump one dict of metrics per step), are read the same way.
+
 A file cut short (a checkpoint being written): the complete entries of ``log_history`` before
 the cut are kept and the cut is reported in ``stats.warnings``; if not one entry is complete,
 :class:`~rlguard.errors.LogFormatError` gives the line and column of the JSON error.
@@ -35,6 +39,7 @@ from ..errors import LogFormatError
 
 _WS = re.compile(r"[ \t\r\n]*")
 _SNIFF = re.compile(r'"log_history"\s*:\s*\[')
+_LIST = re.compile(r'\[\s*\{\s*(?:"[^"]{1,200}"\s*:\s*[-\w."]|\})')  # a list of metric objects
 _DECODER = json.JSONDecoder()
 
 
@@ -43,12 +48,16 @@ class TrainerStateReader(Reader):
 
     follow = "whole"  # rewritten at every checkpoint; log_history only grows
     name = "trainer_state"
-    summary = "transformers/TRL trainer_state.json (its log_history list)"
+    summary = "transformers/TRL trainer_state.json (its log_history list), or that list saved alone"
 
     @classmethod
     def sniff(cls, head: str, path: str) -> bool:
-        """A JSON object whose ``log_history`` list starts in the first KBs."""
-        return head.lstrip("\ufeff \t\r\n").startswith("{") and _SNIFF.search(head) is not None
+        """A JSON object whose ``log_history`` list starts in the first KBs, or a JSON list
+        whose first element is an object of names and values."""
+        text = head.lstrip("\ufeff \t\r\n")
+        if text.startswith("["):
+            return _LIST.match(text) is not None
+        return text.startswith("{") and _SNIFF.search(head) is not None
 
     def records(self, path: str) -> Iterator[LogRecord]:
         """Yield one record per ``log_history`` entry, in file order."""
@@ -86,10 +95,15 @@ class TrainerStateReader(Reader):
 
 
 def _entries(text: str, path: str, stats: ReadStats) -> Iterator[tuple[int, Any]]:
-    """Walk the top-level object with ``raw_decode``; yield (line, entry) of log_history."""
+    """Walk the top-level object with ``raw_decode``; yield (line, entry) of log_history (or
+    of the top-level list itself)."""
     seen = False
+    start = _WS.match(text).end()
+    if text.startswith("[", start):
+        yield from _walk_list(text, start, path, stats)
+        return
     try:
-        pos = _expect(text, _WS.match(text).end(), "{")
+        pos = _expect(text, start, "{")
         while not text.startswith("}", pos := _WS.match(text, pos).end()):
             key, pos = _DECODER.raw_decode(text, pos)
             pos = _WS.match(text, _expect(text, _WS.match(text, pos).end(), ":")).end()
