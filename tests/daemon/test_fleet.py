@@ -205,3 +205,41 @@ def test_resize_2_to_3_moves_only_the_runs_that_change_owner_with_their_state(tm
                 assert fired == counts[name], name  # each alert counted once: no step judged twice
     for s in new.values():
         assert s.stop() == 0
+
+
+# ------------------------------------------------------------------------------------ routes
+
+
+def test_slack_routes_each_team_to_its_channel_from_the_path(tmp_path, slack, procs):
+    """team from the path template; routes as in ops/daemon/routes.example.yaml: nlp -> its
+    channel, vision and robotics -> theirs, the rest -> the default webhook."""
+    from daemon_helpers import constant_reward
+
+    root = tmp_path / "runs"
+    for team, user in (("nlp", "alice"), ("vision", "carol"), ("speech", "erin")):
+        append(root / team / user / "r1" / "metrics.jsonl", healthy(1, 10) + constant_reward(11, 8))
+    hooks = {}
+    for name in ("default", "nlp", "vision"):
+        hooks[name] = tmp_path / f"hook-{name}"
+        hooks[name].write_text(f"{slack.base}/services/T0/{name.upper()}/secret{name}\n")
+    cfg = tmp_path / "routes.yaml"
+    cfg.write_text(f"path_template: {root}/{{team}}/{{user}}/{{run}}\n"
+                   f"slack:\n  webhook_url_file: {hooks['default']}\n  group_wait: 0\n"
+                   f"  receivers:\n    - {{name: nlp, webhook_url_file: {hooks['nlp']}}}\n"
+                   f"    - {{name: vision, webhook_url_file: {hooks['vision']}}}\n"
+                   "  routes:\n    - {matchers: ['team=\"nlp\"'], receiver: nlp}\n"
+                   "    - {matchers: ['team=~\"vision|robotics\"'], receiver: vision}\n")
+    d = DaemonProc(tmp_path, "--config", str(cfg), watch=[str(root)])
+    procs.append(d)
+    d.start()
+    d.wait_for(lambda: {r.path.split("/")[3] for r in slack.requests} == {"DEFAULT", "NLP", "VISION"},
+               "not every channel got its team's message")
+    time.sleep(1.0)
+    got = {}
+    for r in slack.requests:
+        got.setdefault(r.path.split("/")[3], set()).add(r.body["text"].split(" in run ")[1].split(":")[0])
+    assert got == {"NLP": {"nlp/alice/r1"}, "VISION": {"vision/carol/r1"}, "DEFAULT": {"speech/erin/r1"}}
+    footer = [b for b in slack.requests[0].body["blocks"] if b["type"] == "context"][-1]["elements"][0]["text"]
+    assert "team `" in footer and "user `" in footer
+    assert "secretnlp" not in d.log.read_text()  # receivers' webhooks are secrets too
+    assert d.stop() == 0
