@@ -316,6 +316,7 @@ class Daemon:
             return
         self.alerts_sent += len(alerts)
         self._problem("queue", None)
+        self.fleet.publish_queued(self)  # at once: the window before a handoff record shows it stays tiny
 
     def _stop(self, mon: RunMonitor, decision) -> None:
         stop_run(mon, decision, self.cfg.stop, self.clock())
