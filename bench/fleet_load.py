@@ -11,7 +11,7 @@ Runs are laid out as ``ROOT/{team}/{user}/{run}`` in four layouts, a quarter eac
 Every run logs one step of 8 metrics every 10 s (``--interval``), spread evenly over time. After
 every run is watched and read once, the window (``--seconds``) starts: runs go bad at random
 times (a NaN loss from then on; in the ``trl`` layout the checkpoint with it is saved at once), and
-a probe asks each daemon for ``/metrics?name[]=rlguard_alert_firing`` every second. Detection
+a probe asks each daemon for ``/metrics?name[]=rlguard_alert_firing`` every 2 s. Detection
 delay: from the write of the fault to the first probe that shows the run's ``nonfinite`` alert.
 A full ``/metrics`` scrape of every daemon every 30 s stands for Prometheus.
 
@@ -259,9 +259,13 @@ def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg)
 
 
 def inject(runs, plan, rng, lock, stop) -> None:
-    """At each planned time a healthy run goes bad: its next step (at its own slot) has a NaN loss."""
-    pool = list(runs)
-    rng.shuffle(pool)
+    """At each planned time a healthy run goes bad: its next step (at its own slot) has a NaN loss;
+    the layouts take turns, so each gets a quarter of the faults."""
+    by_layout = {lay: [r for r in runs if r.layout == lay] for lay in LAYOUTS}
+    for pool in by_layout.values():
+        rng.shuffle(pool)
+    pool = [rs[k] for k in range(max(map(len, by_layout.values()))) for rs in by_layout.values() if k < len(rs)]
+    pool.reverse()  # popped from the end: the layouts in turn, each run at random
     for t in plan:
         while time.time() < t:
             if stop.wait(min(0.2, t - time.time())):
@@ -271,7 +275,7 @@ def inject(runs, plan, rng, lock, stop) -> None:
 
 
 def probe_loop(d, faults, seen, lock, stop) -> None:
-    """Ask one daemon for its firing alerts every second; note when each fault first shows."""
+    """Ask one daemon for its firing alerts every 2 s; note when each fault first shows."""
     while not stop.is_set():
         t = time.time()
         try:
@@ -282,7 +286,7 @@ def probe_loop(d, faults, seen, lock, stop) -> None:
             for name in firing:
                 if name in faults and name not in seen:
                     seen[name] = time.time()
-        stop.wait(max(0.0, 1.0 - (time.time() - t)))
+        stop.wait(max(0.0, 2.0 - (time.time() - t)))
 
 
 def scrape_loop(daemons, scrapes, stop) -> None:

@@ -74,7 +74,7 @@ class RLGuardCollector:
         }
         fams = {k: f for k, f in fams.items() if self._want(f.name)}
         if fams:
-            for snap in d.snapshots():
+            for snap in d.snapshots(idle=False):
                 self._run(snap, [snap.run, *(snap.labels.get(k, "") for k in extra)], fams)
         yield from fams.values()
         yield from (f for f in self._daemon_families(d) if self._want(f.name))

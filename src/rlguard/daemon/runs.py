@@ -172,12 +172,15 @@ class RunMonitor:
             self.info.latest[name] = [value if math.isfinite(value) else None, step]
         self.info.last_step = records[-1].step
 
-    def snapshot(self) -> RunSnapshot:
+    def snapshot(self, idle: bool = True) -> RunSnapshot:
+        """A copy for readers; ``idle=False`` skips the idle-rules note (what /metrics does not
+        show: it costs a pass over the rules per run at every scrape)."""
         info = self.info
         return RunSnapshot(self.run, str(self.found.run_dir), self.log, {k: list(v) for k, v in info.latest.items()},
                            list(self.watchdog.firing()), dict(info.alerts_total), info.last_update, info.last_step,
                            info.stalled, info.stop_state or ("requested" if info.stopped else None), info.stopped,
-                           info.parse_errors, info.dropped_metrics, info.last_error, self.watchdog.idle_note(),
+                           info.parse_errors, info.dropped_metrics, info.last_error,
+                           self.watchdog.idle_note() if idle else None,
                            {k: self.context[k] for k in RUN_LABELS if k in self.context})
 
     def check_stopped(self, now: float, quiet_after: float) -> Alert | None:

@@ -121,10 +121,11 @@ class Daemon:
                 log.error("run_url_template: %s (use {run}, {run_dir}, {host}, {team}, {user}, {cluster})", exc)
         return {k: v for k, v in ctx.items() if v}
 
-    def snapshots(self) -> list:
-        """Every run as the exporter and ``rlguard status`` show it (copies, taken under the lock)."""
+    def snapshots(self, idle: bool = True) -> list:
+        """Every run as the exporter (``idle=False``) and ``rlguard status`` show it (copies,
+        taken under the lock)."""
         with self.lock:
-            return [m.snapshot() for m in self.runs.values()]
+            return [m.snapshot(idle) for m in self.runs.values()]
 
     def status(self) -> dict:
         """What ``rlguard status`` shows (see :mod:`.control`)."""
