@@ -345,6 +345,10 @@ class Daemon:
         self.check_watch()
         self.control_token = control.control_token(self.cfg.state_dir)
         self.fleet.start()
+        done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
         try:
             server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout)
         except OSError as exc:
@@ -357,10 +361,6 @@ class Daemon:
         sched.add_job(self.save, "interval", seconds=c.save_interval, id="save")
         sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
         sched.add_job(self.housekeeping, "interval", seconds=3600, id="housekeeping")
-        done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
-        signal.signal(signal.SIGINT, lambda *_: done.set())
-        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
         self.poll()  # discovers first
         sched.start()
         log.info("rlguard daemon: %d file(s) watched; metrics on http://%s:%d/metrics",
