@@ -119,6 +119,13 @@ def _add_daemon(sub) -> None:
     d.add_argument("--eval-interval", type=float,
                    help="seconds between rule evaluations of a run; records are batched in between (default 10)")
     d.add_argument("--stall-after", type=float, help="seconds without a new step before a stall alert (default 1800)")
+    d.add_argument("--shard", metavar="I/N", help="watch only the runs whose path hashes to I mod N (Prometheus's "
+                                                  "hashmod); POD_NAME-I/N takes I from a StatefulSet pod name")
+    d.add_argument("--handoff-dir", metavar="DIR", help="a directory all shards share: runs change hands there, "
+                                                        "with their state, when the shard count changes")
+    d.add_argument("--path-template", metavar="TEMPLATE", help="team, user and run labels from run paths, e.g. "
+                                                               "/runs/{team}/{user}/{run}")
+    d.add_argument("--cluster", help="a cluster label on every run's alerts and series")
     d.add_argument("-v", "--verbose", action="store_true", help="log every watched file and event")
     d.set_defaults(func=cmd_daemon)
 
@@ -216,7 +223,9 @@ def cmd_daemon(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, {"watch": args.watch, "state_dir": args.state_dir, "listen": args.listen,
                                     "rules": args.rules, "poll_interval": args.poll_interval,
                                     "default_rules": False if args.no_default_rules else None,
-                                    "stall_after": args.stall_after, "eval_interval": args.eval_interval})
+                                    "stall_after": args.stall_after, "eval_interval": args.eval_interval,
+                                    "shard": args.shard, "handoff_dir": args.handoff_dir,
+                                    "path_template": args.path_template, "cluster": args.cluster})
     if args.slack_webhook_url_file:
         cfg.slack.webhook_url_file = args.slack_webhook_url_file
     if not cfg.watch:

@@ -13,7 +13,14 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
   run was seen to stop after the request);
 - ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
 - ``rlguard_runs_watched``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
-  ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead).
+  ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead);
+- sharding: ``rlguard_shard_info{shard,shards}`` (1), ``rlguard_shards`` (N),
+  ``rlguard_runs_other_shards`` (runs found that other shards own), ``rlguard_runs_waiting``
+  (runs this shard owns, waiting for a shard of the previous count to release them).
+
+With a path template or a cluster, every per-run series also carries ``cluster``, ``team`` and
+``user`` (those configured), after ``run``: one value each per run, so no more series.
+``/metrics?name[]=rlguard_alert_firing`` builds only the families named (a cheap probe).
 """
 from __future__ import annotations
 
@@ -30,46 +37,68 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 class RLGuardCollector:
     """Reads a :class:`~rlguard.daemon.service.Daemon` (or anything with the same ``runs``)."""
 
-    def __init__(self, daemon) -> None:
+    def __init__(self, daemon, names: set[str] | None = None) -> None:
         self.daemon = daemon
+        self.names = names  # families asked for (name[]=...), or None: all
 
     def describe(self):
         return []  # collected only at scrape time
 
+    def _want(self, name: str) -> bool:
+        return self.names is None or bool({name, name + "_total"} & self.names)
+
     def collect(self):
         d = self.daemon
-        value = GaugeMetricFamily("rlguard_metric_value", "Latest value of a watched training metric",
-                                  labels=["run", "metric"])
-        step = GaugeMetricFamily("rlguard_metric_step", "Step of the latest value of a watched metric",
-                                 labels=["run", "metric"])
-        firing = GaugeMetricFamily("rlguard_alert_firing", "1 while an rlguard alert is firing",
-                                   labels=["run", "rule", "kind", "severity", "metric"])
-        total = CounterMetricFamily("rlguard_alerts", "rlguard alerts fired", labels=["run", "kind", "severity"])
-        updated = GaugeMetricFamily("rlguard_run_last_update_timestamp_seconds",
-                                    "Wall time a run last logged a new step", labels=["run"])
-        last_step = GaugeMetricFamily("rlguard_run_last_step", "Last step a run logged", labels=["run"])
-        stalled = GaugeMetricFamily("rlguard_run_stalled", "1 while a run is stalled", labels=["run"])
-        stopped = GaugeMetricFamily("rlguard_run_stop_requested", "1 once rlguard requested a stop",
-                                    labels=["run"])
-        errors = CounterMetricFamily("rlguard_parse_errors", "Log lines or values rlguard could not use",
-                                     labels=["run"])
-        dropped = CounterMetricFamily("rlguard_metric_names_dropped",
-                                      "Metric names ignored beyond the per-run cap", labels=["run"])
-        done = GaugeMetricFamily("rlguard_run_stopped", "1 once a run that rlguard asked to stop is seen to "
-                                 "stop (its stop record, or no new step since the request)", labels=["run"])
-        snaps = d.snapshots()
+        extra = run_label_names(d)
+        run = ["run", *extra]
+        fams = {
+            "value": GaugeMetricFamily("rlguard_metric_value", "Latest value of a watched training metric",
+                                       labels=[*run, "metric"]),
+            "step": GaugeMetricFamily("rlguard_metric_step", "Step of the latest value of a watched metric",
+                                      labels=[*run, "metric"]),
+            "firing": GaugeMetricFamily("rlguard_alert_firing", "1 while an rlguard alert is firing",
+                                        labels=[*run, "rule", "kind", "severity", "metric"]),
+            "total": CounterMetricFamily("rlguard_alerts", "rlguard alerts fired", labels=[*run, "kind", "severity"]),
+            "updated": GaugeMetricFamily("rlguard_run_last_update_timestamp_seconds",
+                                         "Wall time a run last logged a new step", labels=run),
+            "last_step": GaugeMetricFamily("rlguard_run_last_step", "Last step a run logged", labels=run),
+            "stalled": GaugeMetricFamily("rlguard_run_stalled", "1 while a run is stalled", labels=run),
+            "stopped": GaugeMetricFamily("rlguard_run_stop_requested", "1 once rlguard requested a stop",
+                                         labels=run),
+            "done": GaugeMetricFamily("rlguard_run_stopped", "1 once a run that rlguard asked to stop is seen to "
+                                      "stop (its stop record, or no new step since the request)", labels=run),
+            "errors": CounterMetricFamily("rlguard_parse_errors", "Log lines or values rlguard could not use",
+                                          labels=run),
+            "dropped": CounterMetricFamily("rlguard_metric_names_dropped",
+                                           "Metric names ignored beyond the per-run cap", labels=run),
+        }
+        fams = {k: f for k, f in fams.items() if self._want(f.name)}
+        if fams:
+            for snap in d.snapshots(idle=False):
+                self._run(snap, [snap.run, *(snap.labels.get(k, "") for k in extra)], fams)
+        yield from fams.values()
+        yield from (f for f in self._daemon_families(d) if self._want(f.name))
+
+    @staticmethod
+    def _daemon_families(d):
         with d.lock:
             runs, dropped_runs = len(d.runs), d.dropped_runs
             last_poll, reloads = d.last_poll, d.reloads
-        for snap in snaps:
-            self._run(snap, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped)
-            done.add_metric([snap.run], 1 if snap.stop_state == "stopped" else 0)
-        yield from (value, step, firing, total, updated, last_step, stalled, stopped, done, errors, dropped)
         yield GaugeMetricFamily("rlguard_runs_watched", "Runs being watched", value=runs)
         yield CounterMetricFamily("rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)",
                                   value=dropped_runs)
         yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=last_poll)
         yield CounterMetricFamily("rlguard_rule_reloads", "Successful rule reloads (SIGHUP)", value=reloads)
+        fleet = getattr(d, "fleet", None)
+        if fleet is not None:
+            info = GaugeMetricFamily("rlguard_shard_info", "This daemon's shard (I of N)", labels=["shard", "shards"])
+            info.add_metric([str(fleet.spec.index), str(fleet.spec.count)], 1)
+            yield info
+            yield GaugeMetricFamily("rlguard_shards", "Shards the runs are split over (N)", value=fleet.spec.count)
+            yield GaugeMetricFamily("rlguard_runs_other_shards", "Runs found that other shards own",
+                                    value=len(fleet.elsewhere))
+            yield GaugeMetricFamily("rlguard_runs_waiting", "Runs this shard owns, waiting for a shard of the "
+                                    "previous shard count to release them", value=len(fleet.waiting))
         stats = d.notification_stats()
         if stats:
             notes = GaugeMetricFamily("rlguard_notifications", "Notifications in the outbox by state",
@@ -79,27 +108,43 @@ class RLGuardCollector:
             yield notes
 
     @staticmethod
-    def _run(snap, value, step, firing, total, updated, last_step, stalled, stopped, errors, dropped) -> None:
-        run = snap.run
-        for metric, (v, s) in sorted(snap.latest.items()):
-            if v is not None:
-                value.add_metric([run, metric], v)
-            step.add_metric([run, metric], s)
-        for a in snap.firing:
-            firing.add_metric([run, a.rule, a.kind, a.severity, a.metric], 1)
-        if snap.stalled:
-            firing.add_metric([run, "RLG-STALL", "stall", "warning", "step"], 1)
-        for key, n in sorted(snap.alerts_total.items()):
-            kind, _, severity = key.partition("|")
-            total.add_metric([run, kind, severity], n)
-        if snap.last_update:
-            updated.add_metric([run], snap.last_update)
-        if snap.last_step is not None:
-            last_step.add_metric([run], snap.last_step)
-        stalled.add_metric([run], 1 if snap.stalled else 0)
-        stopped.add_metric([run], 1 if snap.stop_state else 0)
-        errors.add_metric([run], snap.parse_errors)
-        dropped.add_metric([run], snap.dropped_metrics)
+    def _run(snap, base: list[str], f: dict) -> None:
+        """Adds one run's series to the families ``f`` (those asked for); ``base``: its run labels."""
+        if "value" in f or "step" in f:
+            for metric, (v, s) in sorted(snap.latest.items()):
+                if v is not None and "value" in f:
+                    f["value"].add_metric([*base, metric], v)
+                if "step" in f:
+                    f["step"].add_metric([*base, metric], s)
+        if "firing" in f:
+            for a in snap.firing:
+                f["firing"].add_metric([*base, a.rule, a.kind, a.severity, a.metric], 1)
+            if snap.stalled:
+                f["firing"].add_metric([*base, "RLG-STALL", "stall", "warning", "step"], 1)
+        if "total" in f:
+            for key, n in sorted(snap.alerts_total.items()):
+                kind, _, severity = key.partition("|")
+                f["total"].add_metric([*base, kind, severity], n)
+        if snap.last_update and "updated" in f:
+            f["updated"].add_metric(base, snap.last_update)
+        if snap.last_step is not None and "last_step" in f:
+            f["last_step"].add_metric(base, snap.last_step)
+        for key, value in (("stalled", 1 if snap.stalled else 0), ("stopped", 1 if snap.stop_state else 0),
+                           ("done", 1 if snap.stop_state == "stopped" else 0), ("errors", snap.parse_errors),
+                           ("dropped", snap.dropped_metrics)):
+            if key in f:
+                f[key].add_metric(base, value)
+
+
+def run_label_names(daemon) -> list[str]:
+    """The run labels besides ``run`` that this daemon exports: cluster, team, user, as configured."""
+    fleet = getattr(daemon, "fleet", None)
+    if fleet is None:
+        return []
+    names = ["cluster"] if fleet.cluster else []
+    if fleet.template is not None:
+        names += [n for n in fleet.template.fields if n != "run"]
+    return names
 
 
 def _health(daemon) -> str:
@@ -122,15 +167,25 @@ def _health(daemon) -> str:
 def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float = 30.0) -> ThreadingHTTPServer:
     """Serve ``/metrics``, ``/healthz``, ``/status`` and ``POST /stop`` in a background thread;
     ``.shutdown()`` stops it."""
+    from urllib.parse import parse_qs, urlsplit
+
     registry = CollectorRegistry(auto_describe=False)
     registry.register(RLGuardCollector(daemon))
+
+    def metrics(path: str) -> bytes:
+        names = parse_qs(urlsplit(path).query).get("name[]")
+        if not names:
+            return generate_latest(registry)
+        only = CollectorRegistry(auto_describe=False)
+        only.register(RLGuardCollector(daemon, set(names)))
+        return generate_latest(only)
 
     class Handler(BaseHTTPRequestHandler):
         timeout = idle_timeout  # an idle or half-open connection frees its thread
 
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path.split("?")[0] == "/metrics":
-                body, ctype, code = generate_latest(registry), CONTENT_TYPE_LATEST, 200
+                body, ctype, code = metrics(self.path), CONTENT_TYPE_LATEST, 200
             elif self.path.split("?")[0] == "/healthz":
                 status = _health(daemon)
                 word, _, detail = status.partition(": ")

@@ -23,12 +23,13 @@ def free_port() -> int:
 class DaemonProc:
     """``rlguard daemon`` as a real subprocess on a temp dir."""
 
-    def __init__(self, tmp: Path, *extra: str, env: dict | None = None, watch: list[str] | None = None) -> None:
+    def __init__(self, tmp: Path, *extra: str, env: dict | None = None, watch: list[str] | None = None,
+                 name: str = "") -> None:
         self.tmp, self.extra, self.env = tmp, extra, env or {}
         self.watch = watch if watch is not None else [str(tmp / "runs" / "*" / "*.jsonl")]
         self.port = free_port()
-        self.state = tmp / "state"
-        self.log = tmp / "daemon.log"
+        self.state = tmp / f"state{name}"  # name: one of several daemons (shards) in one test
+        self.log = tmp / f"daemon{name}.log"
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "DaemonProc":

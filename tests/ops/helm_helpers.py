@@ -16,7 +16,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "rlguard"
 VALUES_DIR = REPO / "ops" / "helm-values"
-VALUES_FILES = ["default.yaml", "full.yaml", "minimal.yaml"]
+VALUES_FILES = ["default.yaml", "full.yaml", "minimal.yaml", "sharded.yaml"]
 HELM = REPO / ".tools" / "bin" / "helm"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 #: A Kubernetes version kubernetes-validate bundles (offline), and the chart's kubeVersion allows.
@@ -103,8 +103,30 @@ def one(docs: list[dict], kind: str, suffix: str = "") -> dict:
 
 
 def container(docs: list[dict]) -> dict:
-    (c,) = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"]
+    (c,) = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
     return c
+
+
+def service(docs: list[dict]) -> dict:
+    """The Service Prometheus and people use (not the StatefulSet's headless -shards one)."""
+    (svc,) = [d for d in docs if d["kind"] == "Service" and d["spec"].get("clusterIP") != "None"]
+    return svc
+
+
+def pod_args(docs: list[dict], ordinal: int) -> list[str]:
+    """The container's args as the kubelet gives them to pod <name>-<ordinal>: $(VAR) references
+    expanded from the container's env (POD_NAME from the downward API's metadata.name)."""
+    import re
+
+    sts = one(docs, "StatefulSet")
+    pod = f"{sts['metadata']['name']}-{ordinal}"
+    env = {}
+    for e in container(docs)["env"]:
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath") == "metadata.name":
+            env[e["name"]] = pod
+    return [re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), a) for a in container(docs)["args"]]
 
 
 def arg_after(args: list[str], flag: str) -> str:
@@ -125,8 +147,10 @@ class PodFS:
 
     def __init__(self, docs: list[dict], root: Path, secrets: dict[str, dict[str, str]]):
         self.root = root
-        spec = one(docs, "Deployment")["spec"]["template"]["spec"]
+        sts = one(docs, "StatefulSet")["spec"]
+        spec = sts["template"]["spec"]
         volumes = {v["name"]: v for v in spec["volumes"]}
+        volumes.update({t["metadata"]["name"]: {"persistentVolumeClaim": {}} for t in sts.get("volumeClaimTemplates", [])})
         configmaps = {d["metadata"]["name"]: d.get("data", {}) for d in docs if d["kind"] == "ConfigMap"}
         self.mounts: list[str] = []
         for m in spec["containers"][0]["volumeMounts"]:

@@ -50,10 +50,12 @@ def test_grouping_repeats_and_resolved():
     daemon = next(r for r in config()["receivers"] if r["name"] == "rlguard-daemon-sends")
     assert set(daemon) == {"name"}  # no integration: nobody is paged twice
     assert route["matchers"] == ['source="rlguard"']
-    assert route["group_by"] == ["run"]
+    assert route["group_by"] == ["cluster", "run"]
     assert route["repeat_interval"] == "4h"
-    [critical] = route["routes"]
-    assert critical["matchers"] == ['severity="critical"'] and critical["repeat_interval"] == "1h"
+    [critical] = [r for r in route["routes"] if r["matchers"] == ['severity="critical"']]
+    assert critical["repeat_interval"] == "1h"
+    for team in (r for r in route["routes"] if r is not critical):  # a team's criticals remind sooner too
+        assert [c["repeat_interval"] for c in team["routes"] if c["matchers"] == ['severity="critical"']] == ["1h"]
     [slack] = next(r for r in config()["receivers"] if r["name"] == "rlguard-slack")["slack_configs"]
     assert slack["send_resolved"] is True
 
@@ -72,3 +74,29 @@ def test_message_templates_render(field):
     assert r.returncode == 0, r.stderr
     broken = amtool("template", "render", "--template.glob=/dev/null", "--template.text={{ .Nope")
     assert broken.returncode != 0  # amtool really parses what it is given
+
+
+DAEMON_ROUTES = AM_EXAMPLE.parents[1] / "daemon" / "routes.example.yaml"
+#: the daemon's receivers and the Alertmanager receivers that post to the same channel
+SAME_CHANNEL = {"nlp": "rlguard-slack-nlp", "vision": "rlguard-slack-vision", "default": "rlguard-slack"}
+
+
+@pytest.mark.parametrize("team", ["nlp", "vision", "robotics", "speech", ""])
+@pytest.mark.parametrize("severity", ["warning", "critical"])
+def test_alertmanager_routes_each_team_where_the_daemon_does(team, severity):
+    """One routing, whichever alert path a deployment uses: the daemon's slack.routes
+    (ops/daemon/routes.example.yaml, through rlguard's own config model and router) and the
+    Alertmanager example (amtool) send a team's alerts to the same channel."""
+    from rlguard.daemon.config import load_config
+    from rlguard.notify.router import Matcher, Route, Routes
+
+    cfg = load_config(DAEMON_ROUTES, {})
+    routes = Routes([Route(tuple(Matcher.parse(m) for m in r.matchers), r.receiver, r.cont) for r in cfg.slack.routes],
+                    "default")
+    labels = {"team": team, "severity": severity, "run": f"{team or 'x'}/alice/grpo-7"}
+    (daemon,) = routes.receivers(labels)
+    am = routed_to({"alertname": "RLGuardRunCritical", "source": "rlguard", "notify": "alertmanager",
+                    **{k: v for k, v in labels.items() if v}})
+    assert am == SAME_CHANNEL[daemon]
+    channels = {r["name"]: r["slack_configs"][0]["channel"] for r in config()["receivers"] if "slack_configs" in r}
+    assert channels[am] in DAEMON_ROUTES.read_text()  # the daemon example names the channel it posts to

@@ -17,7 +17,8 @@ from ops_helpers import DASHBOARD, healthy, panels, queries, wait_until, zero_re
 SDK_PIN = "grafana-foundation-sdk==1769699379!11.6.0"
 # what each variable becomes when a query is checked (a value of the live test's run)
 # ($run is a multi-value regex in Grafana: the live test's broken run and its stalled run)
-VALUES = {"job": "rlguard", "run": "dash-run|dash-stall", "metric": "reward_std",
+# ($team and $user: the All value; the live daemon has no path template, so its runs carry neither)
+VALUES = {"job": "rlguard", "run": "dash-run|dash-stall", "metric": "reward_std", "team": ".*", "user": ".*",
           "__rate_interval": "1m", "__interval": "30s", "__range": "1h"}
 VAR_RE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)|\[\[(\w+)\]\]")
 # keys of Prometheus annotation queries that Grafana reads but the SDK's AnnotationQuery
@@ -174,7 +175,17 @@ def test_the_panels_the_issue_asks_for(dashboard):
     assert watched["repeat"] == "metric" and 'metric="$metric"' in watched["targets"][0]["expr"]
     assert 'run=~"$run"' in watched["targets"][0]["expr"]
     variables = {v["name"]: v for v in dashboard["templating"]["list"]}
-    assert variables["run"]["query"] == 'label_values(rlguard_metric_value{job="$job"}, run)'
+    assert variables["run"]["query"] == 'label_values(rlguard_metric_value{job="$job", team=~"$team", user=~"$user"}, run)'
+    for name in ("team", "user"):  # a fleet: pick a team, then a user, then runs
+        v = variables[name]
+        assert v["multi"] and v["includeAll"] and v["allValue"] == ".*"
+        assert re.fullmatch(rf"label_values\(rlguard_run_last_step\{{[^}}]*\}}, {name}\)", v["query"])
+    assert [v["name"] for v in dashboard["templating"]["list"]].index("team") < \
+        [v["name"] for v in dashboard["templating"]["list"]].index("run")
+    for where, e in queries(dashboard).items():  # every run filter narrows by team and user too
+        if 'run=~"$run"' in e:
+            assert 'team=~"$team", user=~"$user", run=~"$run"' in e, where
+    assert "rlguard_shard_info" in exprs and 'sum by (instance) (rlguard_runs_watched' in exprs
     assert {by_title[t]["type"] for t in ("Alerts firing", "Stalled runs", "Stop requests")} >= {"table"}
     for metric in ("rlguard_alert_firing", "rlguard_run_stalled", "rlguard_run_stop_requested", "rlguard_runs_watched",
                    "rlguard_last_poll_timestamp_seconds", "rlguard_parse_errors_total", "rlguard_notifications",

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 from helm_helpers import (CHART, CRDS, K8S_VERSION, PROMTOOL, REPO, STANDINS, VALUES_DIR, VALUES_FILES, PodFS,
-                          arg_after, chart_dir, container, free_port, helm, one, render, render_notes, render_text,
-                          require_helm,
+                          arg_after, chart_dir, container, free_port, helm, one, pod_args, render, render_notes,
+                          render_text, require_helm, service,
                           values_args)
 
 WEBHOOK = "https://hooks.slack.com/services/T0TEST/B0TEST/notarealsecret0123456789"
@@ -61,7 +61,7 @@ def test_every_manifest_is_valid_kubernetes(renders, values):
             continue  # no schema in kubernetes-validate: test_prometheus_operator_resources
         kv.validate(doc, K8S_VERSION, strict=True)  # raises on an unknown field or kind, a wrong type
         checked.append(doc["kind"])
-    assert {"ConfigMap", "Service", "Deployment"} <= set(checked)
+    assert {"ConfigMap", "Service", "StatefulSet"} <= set(checked)
 
 
 def test_kubernetes_validate_cli_strict_and_its_negative_control(renders, tmp):
@@ -85,7 +85,14 @@ def test_kubernetes_validate_cli_strict_and_its_negative_control(renders, tmp):
     ("slack.url=https://example.invalid/x", "slack.url"),
     ("slack.webhookUrl=x", "slack.webhookUrl"),
     ("replicaCount=-1", "replicaCount"),
-    ("replicaCount=2", "replicaCount"),
+    ("replicaCount=2", "replaced by shards"),
+    ("shards=0", "shards"),
+    ("shards=3", "shards > 1 needs handoff.volume"),
+    ("shards=2,handoff.volume.nfs.server=nfs,handoff.volume.nfs.path=/x,persistence.existingClaim=c", "existingClaim"),
+    ("handoff.volume.name=x", "handoff.volume"),
+    ("slack.receivers[0].name=NLP team,slack.receivers[0].existingSecret=s", "receivers"),
+    ("slack.receivers[0].name=nlp,slack.receivers[0].existingSecret=s,alertPath=alertmanager", "paged twice"),
+    ("config.pathTemplate=/logs/{project}", "pathTemplate"),
     ("unknownKey=1", "unknownKey"),
     ("config.pollIntervall=3", "pollIntervall"),
     ("config.stop.signal=SIGTERM", "config.stop.signal"),
@@ -107,7 +114,7 @@ def test_bad_values_are_refused(chart, tmp, setting, message):
 
 @pytest.mark.parametrize("values", VALUES_FILES)
 def test_security_context(renders, values):
-    pod = one(renders[values], "Deployment")["spec"]["template"]["spec"]
+    pod = one(renders[values], "StatefulSet")["spec"]["template"]["spec"]
     psc, csc = pod["securityContext"], container(renders[values])["securityContext"]
     assert psc["runAsNonRoot"] is True and psc["runAsUser"] == 10001 and psc["fsGroup"] == 10001
     assert psc["seccompProfile"] == {"type": "RuntimeDefault"} == csc["seccompProfile"]
@@ -126,10 +133,10 @@ def test_probes_and_port(renders, values):
     assert c["ports"] == [{"name": "metrics", "containerPort": port, "protocol": "TCP"}]
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
-    svc = one(renders[values], "Service")
+    svc = service(renders[values])
     assert svc["spec"]["type"] == "ClusterIP"
     assert svc["spec"]["ports"][0]["targetPort"] == "metrics"
-    assert svc["spec"]["selector"].items() <= one(renders[values], "Deployment")["spec"]["template"]["metadata"][
+    assert svc["spec"]["selector"].items() <= one(renders[values], "StatefulSet")["spec"]["template"]["metadata"][
         "labels"].items()
 
 
@@ -146,18 +153,25 @@ def test_daemon_arguments_and_mounts(renders, values):
     config = arg_after(args, "--config")
     assert str(Path(config).parent) in mounts and mounts[str(Path(config).parent)]["readOnly"] is True
     assert "/tmp" in mounts
-    vols = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    vols = {v["name"]: v for v in one(docs, "StatefulSet")["spec"]["template"]["spec"]["volumes"]}
     assert vols[mounts["/tmp"]["name"]]["emptyDir"]["sizeLimit"]
-    state_vol = vols[mounts[state]["name"]]
+    sts = one(docs, "StatefulSet")["spec"]
+    templates = {t["metadata"]["name"]: t for t in sts.get("volumeClaimTemplates", [])}
+    assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]  # per pod, never one shared claim
+    name = mounts[state]["name"]
     if values == "minimal.yaml":
-        assert "emptyDir" in state_vol and not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
+        assert "emptyDir" in vols[name] and not templates
     elif values == "full.yaml":  # existingClaim: used, not created
-        assert state_vol["persistentVolumeClaim"]["claimName"] == "rlguard-state"
-        assert not [d for d in docs if d["kind"] == "PersistentVolumeClaim"]
-    else:
-        pvc = one(docs, "PersistentVolumeClaim")
-        assert state_vol["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
-        assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+        assert vols[name]["persistentVolumeClaim"]["claimName"] == "rlguard-state" and not templates
+    else:  # a claim per pod: state-<name>-I
+        assert name not in vols and templates[name]["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # the shard: the pod's ordinal from its name, N from shards
+    shards = (yaml.safe_load((VALUES_DIR / values).read_text()) or {}).get("shards", 1)
+    assert sts["replicas"] == shards and arg_after(args, "--shard") == f"$(POD_NAME)/{shards}"
+    (env,) = [e for e in c["env"] if e["name"] == "POD_NAME"]
+    assert env["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
+    headless = one(docs, "Service", "-shards")
+    assert sts["serviceName"] == headless["metadata"]["name"] and headless["spec"]["clusterIP"] == "None"
 
 
 @pytest.mark.parametrize("values", VALUES_FILES)
@@ -204,7 +218,7 @@ def test_slack_secret_only_by_reference(chart, tmp, renders):
     docs = renders["full.yaml"]
     c = container(docs)
     url_file = arg_after(c["args"], "--slack-webhook-url-file")
-    vols = {v["name"]: v for v in one(docs, "Deployment")["spec"]["template"]["spec"]["volumes"]}
+    vols = {v["name"]: v for v in one(docs, "StatefulSet")["spec"]["template"]["spec"]["volumes"]}
     (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == str(Path(url_file).parent)]
     secret = vols[mount["name"]]["secret"]
     assert mount["readOnly"] is True and secret["secretName"] == "rlguard-slack"
@@ -214,7 +228,7 @@ def test_slack_secret_only_by_reference(chart, tmp, renders):
     for values in VALUES_FILES:  # grep every rendered manifest
         text = render_text(chart, tmp, *values_args(values))
         assert not re.search(r"hooks\.slack\.com/\w|xox[abpr]-\w|https?://[^\s\"']*slack", text, re.I), values
-        ours = [d for d in yaml.safe_load_all(text) if d and d["kind"] in ("Deployment", "ConfigMap", "Service")
+        ours = [d for d in yaml.safe_load_all(text) if d and d["kind"] in ("StatefulSet", "ConfigMap", "Service")
                 and not d["metadata"]["name"].endswith("-dashboard")]
         assert "http" not in yaml.safe_dump_all(ours).replace("httpGet", ""), values
     assert "--slack-webhook-url-file" not in container(renders["default.yaml"])["args"]
@@ -226,12 +240,15 @@ def test_slack_secret_only_by_reference(chart, tmp, renders):
     ("minimal.yaml", ["/runs/*/metrics.jsonl", "WARNING: persistence.enabled is false"]),
     ("full.yaml", ["0.0.0.0:9200", "port-forward svc/rlguard 9108:80", "team-kl.yaml", "and the default pack",
                    "Secret rlguard-slack, key webhook-url", "WARNING: config.stop.signal is SIGUSR1"]),
+    ("sharded.yaml", ["Shards: 3", "--shard rlguard-I/3", "port-forward pod/rlguard-0", "subPath .rlguard-handoff",
+                      'route team="nlp" -> nlp']),
 ])
 def test_notes(chart, tmp, values, says):
     notes = render_notes(chart, tmp, *values_args(values))
     for s in says:
         assert s in notes, notes
     assert ("persistence.enabled is false" in notes) == (values == "minimal.yaml")
+    assert ("WARNING: handoff.volume is empty" in notes) == (values != "sharded.yaml")
 
 
 # ---------------------------------------------------------------- monitoring
@@ -239,7 +256,7 @@ def test_notes(chart, tmp, values, says):
 
 def test_prometheus_operator_resources(renders):
     docs = renders["full.yaml"]
-    svc, sm, rule = one(docs, "Service"), one(docs, "ServiceMonitor"), one(docs, "PrometheusRule")
+    svc, sm, rule = service(docs), one(docs, "ServiceMonitor"), one(docs, "PrometheusRule")
     assert sm["apiVersion"] == rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert sm["metadata"]["labels"]["release"] == rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
@@ -313,38 +330,98 @@ def test_missing_operator_files_fail_with_a_clear_message(tmp):
 
 @pytest.mark.parametrize("values", ["full.yaml", "minimal.yaml"])
 def test_rendered_pod_starts_the_daemon(chart, tmp, tmp_path, values):
-    """The Deployment's own args, config and volumes, laid out by PodFS; /healthz turns 200
+    """The StatefulSet's own args, config and volumes, laid out by PodFS; /healthz turns 200
     and a run written to the log volume appears in /metrics."""
     port = free_port()
     docs = render(chart, tmp, *values_args(values), "--set", f"daemon.port={port}")
     pod = PodFS(docs, tmp_path / "pod", secrets={"rlguard-slack": {"webhook-url": "http://127.0.0.1:9/hook\n"}})
-    c = container(docs)
-    config = Path(pod.path(arg_after(c["args"], "--config")))
-    config.write_text(yaml.safe_dump(pod.rewrite(yaml.safe_load(config.read_text()))))
+    config = _host_config(pod, docs)
     glob = yaml.safe_load(config.read_text())["watch"][0]
     run = Path(glob.replace("*", "run-a"))
     run.parent.mkdir(parents=True, exist_ok=True)
     run.write_text("".join(json.dumps({"step": s, "loss": 1.0 / s, "reward": 0.1 * s}) + "\n" for s in range(1, 6)))
-    env = {e["name"]: pod.rewrite(e["value"]) for e in c["env"]}
     log = tmp_path / "daemon.log"
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rlguard", *pod.rewrite(c["args"])], stdout=out,
-                                stderr=subprocess.STDOUT, env={**os.environ, **env})
+    proc = _start_pod(pod, docs, 0, log)
     try:
-        deadline, health, metrics = time.monotonic() + 30, None, ""
-        while time.monotonic() < deadline and proc.poll() is None:
-            health = _get(port, "/healthz")
-            metrics = _get(port, "/metrics")[1] if health[0] == 200 else ""
-            if 'run="run-a"' in metrics:
-                break
-            time.sleep(0.3)
+        health, metrics = _wait_metrics(proc, port, 'run="run-a"')
         assert proc.poll() is None, log.read_text()
         assert health[0] == 200 and json.loads(health[1])["status"] == "ok", (health, log.read_text())
         assert 'run="run-a"' in metrics, log.read_text()
-        assert list(Path(pod.path(arg_after(c["args"], "--state-dir"))).iterdir()), "no state written"
+        assert 'rlguard_shard_info{shard="0",shards="1"} 1.0' in metrics
+        assert list(Path(pod.path(arg_after(container(docs)["args"], "--state-dir"))).iterdir()), "no state written"
     finally:
         proc.terminate()
         assert proc.wait(timeout=20) == 0, log.read_text()
+
+
+def test_three_shard_pods_start_with_their_shard_and_split_the_runs(chart, tmp, tmp_path):
+    """shards: 3 (ops/helm-values/sharded.yaml): pods rlguard-0..2 run --shard rlguard-I/3 (the
+    kubelet's $(POD_NAME) expansion), each with its own state, the logs and the handoff dir
+    shared; every run is watched by exactly one of them, labelled from the path template."""
+    docs = render(chart, tmp, *values_args("sharded.yaml"))
+    assert [pod_args(docs, i)[pod_args(docs, i).index("--shard") + 1] for i in range(3)] == \
+        ["rlguard-0/3", "rlguard-1/3", "rlguard-2/3"]
+    logs, handoff = tmp_path / "logs", tmp_path / "handoff"
+    for team, user, k in [(t, u, k) for t in ("nlp", "vision") for u in ("alice", "bob") for k in range(3)]:
+        d = logs / team / user / f"r{k}"
+        d.mkdir(parents=True)
+        (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 0.5}) + "\n" for s in range(1, 4)))
+    handoff.mkdir()
+    procs, ports, seen = [], [], {}
+    secrets = {n: {"webhook-url": "http://127.0.0.1:9/hook\n", "url": "http://127.0.0.1:9/h\n"}
+               for n in ("rlguard-slack", "rlguard-slack-nlp", "rlguard-slack-vision")}
+    try:
+        for i in range(3):
+            port = free_port()
+            pdocs = render(chart, tmp, *values_args("sharded.yaml"), "--set", f"daemon.port={port}")
+            pod = PodFS(pdocs, tmp_path / f"pod-{i}", secrets=secrets)
+            for mount, shared in (("/logs", logs), ("/var/lib/rlguard-handoff", handoff)):  # one volume, all pods
+                Path(pod.path(mount)).rmdir()
+                Path(pod.path(mount)).symlink_to(shared)
+            cfg = yaml.safe_load(_host_config(pod, pdocs).read_text())
+            assert cfg["handoff_dir"] == pod.path("/var/lib/rlguard-handoff")
+            procs.append(_start_pod(pod, pdocs, i, tmp_path / f"daemon-{i}.log"))
+            ports.append(port)
+        for i, (proc, port) in enumerate(zip(procs, ports)):
+            _, metrics = _wait_metrics(proc, port, "rlguard_runs_other_shards")
+            assert f'rlguard_shard_info{{shard="{i}",shards="3"}} 1.0' in metrics
+            time.sleep(0.5)
+            metrics = _get(port, "/metrics")[1]
+            for run, team in re.findall(r'rlguard_run_last_step\{cluster="gpu-east",run="([^"]+)",team="(\w+)"', metrics):
+                assert run not in seen and run.startswith(team + "/")
+                seen[run] = i
+        assert len(seen) == 12 and set(seen.values()) == {0, 1, 2}
+        assert sorted(p.name for p in (handoff / "shards").iterdir()) == ["0-of-3.json", "1-of-3.json", "2-of-3.json"]
+    finally:
+        for i, proc in enumerate(procs):
+            proc.terminate()
+            assert proc.wait(timeout=20) == 0, (tmp_path / f"daemon-{i}.log").read_text()
+
+
+def _host_config(pod: PodFS, docs: list[dict]) -> Path:
+    """The pod's config file, its pod paths mapped to where PodFS laid them out."""
+    config = Path(pod.path(arg_after(container(docs)["args"], "--config")))
+    config.write_text(yaml.safe_dump(pod.rewrite(yaml.safe_load(config.read_text()))))
+    return config
+
+
+def _start_pod(pod: PodFS, docs: list[dict], ordinal: int, log: Path) -> subprocess.Popen:
+    """The daemon as pod <name>-<ordinal> would run it: its args ($(POD_NAME) expanded) and env."""
+    env = {e["name"]: pod.rewrite(e["value"]) for e in container(docs)["env"] if "value" in e}
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, "-m", "rlguard", *pod.rewrite(pod_args(docs, ordinal))], stdout=out,
+                                stderr=subprocess.STDOUT, env={**os.environ, **env})
+
+
+def _wait_metrics(proc: subprocess.Popen, port: int, want: str) -> tuple[tuple[int, str], str]:
+    deadline, health, metrics = time.monotonic() + 30, (0, ""), ""
+    while time.monotonic() < deadline and proc.poll() is None:
+        health = _get(port, "/healthz")
+        metrics = _get(port, "/metrics")[1] if health[0] == 200 else ""
+        if want in metrics:
+            break
+        time.sleep(0.3)
+    return health, metrics
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

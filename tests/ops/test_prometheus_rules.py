@@ -70,4 +70,27 @@ def test_the_rlguard_alerts_are_split_by_severity():
     assert by_name["RLGuardRunCritical"]["labels"]["severity"] == "critical"
     assert 'severity="warning"' in by_name["RLGuardRunWarning"]["expr"]
     for name in ("RLGuardRunCritical", "RLGuardRunWarning"):
-        assert "by (run, rule, kind, severity, metric)" in by_name[name]["expr"]
+        # one alert per run and rule whichever shard (instance, pod) exported it, with its labels
+        assert "by (cluster, team, user, run, rule, kind, severity, metric)" in by_name[name]["expr"]
+
+
+def test_per_run_alerts_never_keep_the_instance():
+    """A run changing hands between shards is exported by two targets for a while: an alert
+    that kept instance or pod would fire twice. Every per-run alert aggregates them away."""
+    per_run = [a for a in alerts() if re.search(r"\bby \([^)]*\brun\b", a["expr"])]
+    assert {a["alert"] for a in per_run} == {"RLGuardRunCritical", "RLGuardRunWarning", "RLGuardRunStalled",
+                                             "RLGuardParseErrors"}
+    for a in per_run:
+        for by in re.findall(r"\b(?:by|on) \(([^)]*)\)", a["expr"]):
+            assert not {"instance", "pod"} & {x.strip() for x in by.split(",")}, (a["alert"], by)
+            assert by.startswith("cluster, team, user, run"), (a["alert"], by)
+
+
+def test_the_multi_shard_cases_are_tested():
+    tests = yaml.safe_load(RULE_TESTS.read_text())["tests"]
+    shards = [t for t in tests if "shard" in t["name"]]
+    instances = {s["series"].split('instance="')[1].split('"')[0] for t in shards for s in t["input_series"]
+                 if 'instance="' in s["series"]}
+    assert len(instances) >= 3
+    assert {c["alertname"] for t in shards for c in t["alert_rule_test"]} >= {
+        "RLGuardRunCritical", "RLGuardShardMissing", "RLGuardShardConflict"}

@@ -52,9 +52,6 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{- define "rlguard.claimName" -}}
-{{- default (printf "%s-state" (include "rlguard.fullname" .)) .Values.persistence.existingClaim }}
-{{- end }}
 
 {{/*
 Paths inside the pod. The daemon config names them, and the Deployment mounts them.
@@ -65,6 +62,21 @@ Paths inside the pod. The daemon config names them, and the Deployment mounts th
 {{- define "rlguard.defaultPack" -}}/opt/rlguard/rules/default.yaml{{- end }}
 {{- define "rlguard.slackDir" -}}/etc/rlguard/slack{{- end }}
 {{- define "rlguard.slackFile" -}}{{ include "rlguard.slackDir" . }}/webhook-url{{- end }}
+{{- define "rlguard.receiverDir" -}}/etc/rlguard/slack-receivers/{{ . }}{{- end }}
+{{- define "rlguard.handoffDir" -}}/var/lib/rlguard-handoff{{- end }}
+
+{{/*
+Sharding: N = shards pods; a handoff volume is required beyond one shard (runs change hands
+there when shards changes); one existing claim cannot hold the state of several pods.
+*/}}
+{{- define "rlguard.checkSharding" -}}
+{{- if and (gt (int .Values.shards) 1) (not .Values.handoff.volume) }}
+{{- fail "shards > 1 needs handoff.volume: a volume every shard mounts read-write (a ReadWriteMany claim, or the logs' claim with handoff.subPath), where runs change hands with their state when shards changes" }}
+{{- end }}
+{{- if and (gt (int .Values.shards) 1) .Values.persistence.existingClaim }}
+{{- fail "persistence.existingClaim holds one pod's state: with shards > 1 leave it empty (each shard gets its own claim from volumeClaimTemplates)" }}
+{{- end }}
+{{- end }}
 
 {{/* 0.0.0.0, not the daemon's default 127.0.0.1: the Service, probes and Prometheus come from outside the pod. */}}
 {{- define "rlguard.listen" -}}0.0.0.0:{{ .Values.daemon.port }}{{- end }}
@@ -81,7 +93,20 @@ of .Values.slack. Never the webhook URL: the Deployment passes the Secret's file
 {{- if $c.stop.command }}{{ $_ := set $stop "command" $c.stop.command }}{{ end -}}
 {{- $s := .Values.slack -}}
 {{- $slack := dict "group_wait" $s.groupWait "group_interval" $s.groupInterval "repeat_interval" $s.repeatInterval "send_resolved" $s.sendResolved "min_severity" $s.minSeverity -}}
+{{- $receivers := list -}}
+{{- range $s.receivers }}{{ $receivers = append $receivers (dict "name" .name "webhook_url_file" (printf "%s/webhook-url" (include "rlguard.receiverDir" .name))) }}{{ end -}}
+{{- if $receivers }}{{ $_ := set $slack "receivers" $receivers }}{{ end -}}
+{{- $routes := list -}}
+{{- range $s.routes }}{{ $routes = append $routes (dict "matchers" .matchers "receiver" .receiver "continue" (default false .continue)) }}{{ end -}}
+{{- if $routes }}{{ $_ := set $slack "routes" $routes }}{{ end -}}
 {{- $cfg := dict "watch" $c.watch "state_dir" (include "rlguard.stateDir" .) "listen" (include "rlguard.listen" .) "poll_interval" $c.pollInterval "eval_interval" $c.evalInterval "discover_interval" $c.discoverInterval "save_interval" $c.saveInterval "stall_after" $c.stallAfter "max_runs" $c.maxRuns "max_metrics_per_run" $c.maxMetricsPerRun "stop" $stop "slack" $slack -}}
+{{- with $c.pathTemplate }}{{ $_ := set $cfg "path_template" . }}{{ end -}}
+{{- with $c.cluster }}{{ $_ := set $cfg "cluster" . }}{{ end -}}
+{{- if .Values.handoff.volume }}
+{{- $_ := set $cfg "handoff_dir" (include "rlguard.handoffDir" .) }}
+{{- $_ := set $cfg "handoff_interval" .Values.handoff.interval }}
+{{- $_ := set $cfg "handoff_lease" .Values.handoff.lease }}
+{{- end }}
 {{- if .Values.rules }}
 {{- $rules := list (include "rlguard.rulesDir" .) }}
 {{- if .Values.rulesIncludeDefault }}{{ $rules = prepend $rules (include "rlguard.defaultPack" .) }}{{ end }}
@@ -142,8 +167,8 @@ carry notify="daemon" and the example Alertmanager route keeps them off the page
 {{- if not (has $path (list "daemon" "alertmanager")) }}
 {{- fail (printf "alertPath is daemon or alertmanager, not %q" $path) }}
 {{- end }}
-{{- if and (eq $path "alertmanager") .Values.slack.existingSecret }}
-{{- fail "alertPath=alertmanager sends through Alertmanager, and slack.existingSecret makes the daemon send too: a person would be paged twice. Unset slack.existingSecret, or use alertPath=daemon" }}
+{{- if and (eq $path "alertmanager") (or .Values.slack.existingSecret .Values.slack.receivers) }}
+{{- fail "alertPath=alertmanager sends through Alertmanager, and slack.existingSecret makes the daemon send too: a person would be paged twice. Unset slack.existingSecret (and slack.receivers), or use alertPath=daemon" }}
 {{- end }}
 {{- $path -}}
 {{- end }}

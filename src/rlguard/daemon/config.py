@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from ..errors import InputError
 from ..yamlpos import load_model
 
 
@@ -36,16 +37,67 @@ class StopConfig(BaseModel):
         return v
 
 
+class SlackReceiver(BaseModel):
+    """A named Slack destination for routes: its own webhook (a file), or a channel posted to
+    with the default bot token."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    webhook_url_file: str | None = None
+    channel: str | None = None
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> "SlackReceiver":
+        if bool(self.webhook_url_file) == bool(self.channel):
+            raise ValueError(f"receiver {self.name!r}: give webhook_url_file or channel (with the bot token), "
+                             "exactly one")
+        return self
+
+
+class SlackRoute(BaseModel):
+    """Alertmanager's route: messages whose run labels match every matcher go to ``receiver``;
+    the first matching route wins unless it has ``continue: true``."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    matchers: list[str] = Field(min_length=1, description='e.g. [\'team="nlp"\', \'severity="critical"\']')
+    receiver: str
+    cont: bool = Field(False, alias="continue")
+
+    @field_validator("matchers")
+    @classmethod
+    def _parse(cls, v: list[str]) -> list[str]:
+        from ..notify.router import Matcher
+
+        for m in v:
+            Matcher.parse(m)
+        return v
+
+
 class SlackConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     webhook_url_file: str | None = None
     token_file: str | None = None
     channel: str | None = None
+    receivers: list[SlackReceiver] = Field(default_factory=list, description="named destinations for routes")
+    routes: list[SlackRoute] = Field(default_factory=list, description="by run labels: team, user, run, cluster, "
+                                     "severity; messages no route takes go to the destination above")
     group_wait: float = 30.0
     group_interval: float = 300.0
     repeat_interval: float = 4 * 3600.0
     send_resolved: bool = True
     min_severity: str = "warning"
+
+    @model_validator(mode="after")
+    def _known_receivers(self) -> "SlackConfig":
+        names = [r.name for r in self.receivers]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup or "default" in names:
+            raise ValueError(f"receiver names must be unique and not 'default': {dup or ['default']}")
+        for r in self.routes:
+            if r.receiver not in names and r.receiver != "default":
+                raise ValueError(f"route to unknown receiver {r.receiver!r} (receivers: "
+                                 f"{', '.join(names + ['default'])})")
+        return self
 
 
 class DaemonConfig(BaseModel):
@@ -72,6 +124,40 @@ class DaemonConfig(BaseModel):
     http_idle_timeout: float = Field(30.0, gt=0, description="seconds an idle HTTP connection to /metrics may stay open")
     stop: StopConfig = Field(default_factory=StopConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    # a fleet: shards, labels from paths, handing runs over
+    shard: str | None = Field(None, description="I/N: watch only the runs whose key hashes to I mod N "
+                              "(or POD_NAME-I/N in a StatefulSet)")
+    path_template: str | None = Field(None, description="e.g. /runs/{team}/{user}/{run}: team, user and run "
+                                      "labels from a run's path")
+    cluster: str | None = Field(None, max_length=128, description="a cluster label on every run's alerts and series")
+    handoff_dir: str | None = Field(None, description="a directory every shard shares, where runs are handed over "
+                                    "when the shard count changes")
+    handoff_interval: float = Field(60.0, gt=0, description="seconds between publications of runs' states in "
+                                    "handoff_dir (runs that alerted are published at once)")
+    handoff_lease: float = Field(60.0, gt=0, description="seconds after which a shard that neither heartbeats nor "
+                                 "released its runs is taken as dead")
+
+    @field_validator("shard")
+    @classmethod
+    def _shard(cls, v: str | None) -> str | None:
+        from .shard import ShardSpec
+
+        try:
+            return str(ShardSpec.parse(v)) if v is not None else None
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+
+    @field_validator("path_template")
+    @classmethod
+    def _template(cls, v: str | None) -> str | None:
+        from .labels import PathTemplate
+
+        try:
+            if v is not None:
+                PathTemplate.parse(v)
+        except InputError as exc:
+            raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("listen")
     @classmethod
@@ -88,6 +174,14 @@ class DaemonConfig(BaseModel):
 
 
 def load_config(path: str | Path | None, overrides: dict) -> DaemonConfig:
-    base = load_model(path, DaemonConfig).model_dump() if path else {}
+    """The config file (errors name its line), then the flags over it (errors are one line:
+    ``--flag: what is wrong``)."""
+    base = load_model(path, DaemonConfig).model_dump(by_alias=True) if path else {}
     base.update({k: v for k, v in overrides.items() if v not in (None, [], ())})
-    return DaemonConfig.model_validate(base)
+    try:
+        return DaemonConfig.model_validate(base)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "config"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        raise InputError(msg if msg.startswith(flag) else f"{flag}: {msg}") from None

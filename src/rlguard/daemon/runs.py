@@ -18,6 +18,7 @@ from ..sources.layout import Found, follow_target, log_kind, run_name
 from .tail import FileTail
 
 STALL_RULE = "RLG-STALL"
+RUN_LABELS = ("cluster", "team", "user")  # labels of a run on /metrics, besides run
 STOPPED_RULE = "RLG-STOPPED"
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")
@@ -39,6 +40,7 @@ class RunInfo:
     stop_state: str | None = None  # requested | stopped (seen to stop: its stop record, or no new step)
     stop_requested_at: float = 0.0
     stop_step: int | None = None  # last step seen when the stop was requested
+    epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,7 @@ class RunSnapshot:
     dropped_metrics: int
     last_error: str | None
     idle: str | None = None  # the rules that had nothing to watch, and the metrics present
+    labels: dict = field(default_factory=dict)  # cluster, team, user (when known)
 
 
 class RunMonitor:
@@ -169,12 +172,16 @@ class RunMonitor:
             self.info.latest[name] = [value if math.isfinite(value) else None, step]
         self.info.last_step = records[-1].step
 
-    def snapshot(self) -> RunSnapshot:
+    def snapshot(self, idle: bool = True) -> RunSnapshot:
+        """A copy for readers; ``idle=False`` skips the idle-rules note (what /metrics does not
+        show: it costs a pass over the rules per run at every scrape)."""
         info = self.info
         return RunSnapshot(self.run, str(self.found.run_dir), self.log, {k: list(v) for k, v in info.latest.items()},
                            list(self.watchdog.firing()), dict(info.alerts_total), info.last_update, info.last_step,
                            info.stalled, info.stop_state or ("requested" if info.stopped else None), info.stopped,
-                           info.parse_errors, info.dropped_metrics, info.last_error, self.watchdog.idle_note())
+                           info.parse_errors, info.dropped_metrics, info.last_error,
+                           self.watchdog.idle_note() if idle else None,
+                           {k: self.context[k] for k in RUN_LABELS if k in self.context})
 
     def check_stopped(self, now: float, quiet_after: float) -> Alert | None:
         """A requested stop becomes "stopped" once the run is seen to stop: its stop record
@@ -222,7 +229,7 @@ class RunMonitor:
                f"hung, dead or stuck in evaluation")
         return Alert(run=self.run, rule=STALL_RULE, kind="stall", severity="warning", action="alert",
                      step=int(self.info.last_step or 0), metric="step", value=None, message=msg,
-                     status="resolved" if resolved else "firing")
+                     status="resolved" if resolved else "firing", labels=dict(self.context))
 
     def request_stop(self, decision: Decision, now: float | None = None) -> bool:
         """Write ``RLGUARD_STOP`` into the run's own directory (never a path taken from log
@@ -252,11 +259,12 @@ class RunMonitor:
         return self.path, self.run, self.tail_saved, self.watchdog.state_dict(), asdict(self.info)
 
 
-def run_name_for(path: str, taken: set[str]) -> str:
-    """The run's name (see :func:`~rlguard.sources.layout.run_name`); a path hash is appended
-    when two runs would share a name."""
+def run_name_for(path: str, taken: set[str], name: str | None = None) -> str:
+    """The run's name: ``name`` (the path template's ``{run}``, or the name another shard gave
+    it) or :func:`~rlguard.sources.layout.run_name` of its path; a path hash is appended when
+    another run here has that name."""
     # a directory name that is not valid UTF-8 still gives a printable name (labels, Slack)
-    name = os.fsencode(run_name(path)).decode("utf-8", "replace")
+    name = name or os.fsencode(run_name(path)).decode("utf-8", "replace")
     if name in taken:
         name = f"{name}-{hashlib.sha1(os.fsencode(os.path.abspath(path))).hexdigest()[:6]}"
     return name

@@ -20,7 +20,6 @@ import os
 import signal
 import socket
 import sqlite3
-import subprocess
 import threading
 import time
 
@@ -29,7 +28,9 @@ from ..errors import RLGuardError
 from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
 from .config import DaemonConfig
-from .pidproof import trainer_pid
+from .fleet import Fleet
+from . import control
+from .actions import stop_run
 from .runs import RunMonitor, run_name_for
 from .store import Store
 
@@ -48,6 +49,10 @@ class Daemon:
         self.dropped_runs = 0
         self._dropped: set[str] = set()  # runs not watched (max_runs), counted once each
         self.finder = Discovery(cfg.watch)
+        self.fleet = Fleet(cfg, clock)  # which runs are this shard's, their labels, handing them over
+        self.names: dict[str, str] = {}  # run name -> key
+        if dispatcher is not None:  # runs another shard owns now: no reminder or resolved from here
+            dispatcher.forget_groups([row["run"] for key, row in self.saved.items() if not self.fleet.owns(key)])
         self._errors_logged = 0
         self._last_discover = float("-inf")
         self.last_progress = clock()
@@ -63,75 +68,72 @@ class Daemon:
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
-        """Start watching runs that appeared under the watched directories and patterns."""
+        """Start watching runs that appeared under the watched directories and patterns, and
+        that this shard owns (all of them without --shard)."""
         with self.lock:
+            self.fleet.begin_scan(self.clock())
+            taken = 0
             for found in self.finder.scan():
-                if found.key not in self.runs:
-                    self._watch(found)
+                if found.key not in self.runs and self.fleet.place(found) == "mine":
+                    taken += self._watch(found)
+            if taken and self.dispatcher is not None:
+                self.dispatcher.save_state()  # the groups taken over, before anything is told
             for msg in self.finder.errors[self._errors_logged:]:
                 log.error("%s", msg)
             self._errors_logged = len(self.finder.errors)
 
-    def _watch(self, found: Found) -> None:
+    def _watch(self, found: Found) -> int:
+        """Watch a run; 1 when its state was taken over from another shard."""
         if len(self.runs) >= self.cfg.max_runs:
             if found.key not in self._dropped:
                 self._dropped.add(found.key)
                 self.dropped_runs += 1
-            return
-        saved = self.saved.pop(found.key, None)
-        name = saved["run"] if saved else run_name_for(found.key, {r.run for r in self.runs.values()})
-        context = self._context(found, name)
+            return 0
+        saved, group, adopted = self.fleet.claim(found, self.saved.pop(found.key, None))
+        labels = self.fleet.labels(found)
+        taken = set(self.names)
+        name = saved.get("run") if saved else None
+        if not name or name in taken:  # a new run, or a name another run has here: made unique
+            name = run_name_for(found.key, taken, name or self.fleet.name(found, labels))
+        context = self._context(found, name, labels)
         try:
-            self.runs[found.key] = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run, context)
+            mon = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run, context)
         except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
             log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
-            self.runs[found.key] = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context)
+            mon, adopted = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context), False
+        self.runs[found.key], self.names[name] = mon, found.key
+        if adopted and self.dispatcher is not None:
+            self.dispatcher.adopt_group(name, group)
         log.info("watching %s as run %r (%s, following %s)", found.key, name, found.layout, found.log)
+        return int(adopted)
 
-    def _context(self, found: Found, name: str) -> dict[str, str]:
-        """Labels on every alert of a run, for the person on call: its directory, this host, a link."""
+    def _context(self, found: Found, name: str, labels: dict[str, str]) -> dict[str, str]:
+        """Labels on every alert of a run, for the person on call: its directory, this host, a
+        link, and its cluster, team and user."""
         ctx = {"run_dir": os.fsencode(found.run_dir).decode("utf-8", "replace") if found.run_dir else "",
-               "host": self.host}
+               "host": self.host, **{k: v for k, v in labels.items() if k in ("cluster", "team", "user")}}
         if self.cfg.run_url_template:
             try:
-                ctx["url"] = self.cfg.run_url_template.format(run=name, run_dir=ctx["run_dir"], host=self.host)
+                ctx["url"] = self.cfg.run_url_template.format(run=name, run_dir=ctx["run_dir"], host=self.host,
+                                                              team=ctx.get("team", ""), user=ctx.get("user", ""),
+                                                              cluster=ctx.get("cluster", ""))
             except (KeyError, IndexError, ValueError) as exc:
-                log.error("run_url_template: %s (use {run}, {run_dir}, {host})", exc)
+                log.error("run_url_template: %s (use {run}, {run_dir}, {host}, {team}, {user}, {cluster})", exc)
         return {k: v for k, v in ctx.items() if v}
 
-    def snapshots(self) -> list:
-        """Every run as the exporter and ``rlguard status`` show it (copies, taken under the lock)."""
+    def snapshots(self, idle: bool = True) -> list:
+        """Every run as the exporter (``idle=False``) and ``rlguard status`` show it (copies,
+        taken under the lock)."""
         with self.lock:
-            return [m.snapshot() for m in self.runs.values()]
+            return [m.snapshot(idle) for m in self.runs.values()]
 
     def status(self) -> dict:
-        """What ``rlguard status`` shows: every run, its firing alerts, pending stop requests."""
-        runs = []
-        for snap in self.snapshots():
-            runs.append({"run": snap.run, "run_dir": snap.run_dir, "log": snap.log, "last_step": snap.last_step,
-                         "last_update": snap.last_update, "stalled": snap.stalled, "stop": snap.stop_state,
-                         "stop_reason": snap.stop_reason, "parse_errors": snap.parse_errors,
-                         "idle_rules": snap.idle,
-                         "firing": [{"rule": a.rule, "kind": a.kind, "severity": a.severity, "metric": a.metric,
-                                     "step": a.step, "message": a.message} for a in snap.firing]})
-        return {"runs": sorted(runs, key=lambda r: r["run"]), "health": _health_word(self),
-                "problems": list(self.problems.values()), "notifications": self.notification_stats()}
+        """What ``rlguard status`` shows (see :mod:`.control`)."""
+        return control.status(self)
 
     def stop_run(self, run: str, reason: str) -> tuple[int, dict]:
         """A person's stop request for a watched run (``rlguard stop RUN``): (HTTP code, answer)."""
-        from ..alerts import Decision
-
-        with self.lock:
-            mon = next((m for m in self.runs.values() if m.run == run), None)
-            if mon is None:
-                return 404, {"error": f"no run {run!r} is watched", "runs": sorted(m.run for m in self.runs.values())}
-            step = int(mon.info.last_step or 0)
-            decision = Decision(Action.STOP, step, reason, None, "manual")
-            if not mon.request_stop(decision, self.clock()):
-                where = mon.run_dir if mon.found.run_dir else "nowhere (no run directory on this machine)"
-                return 409, {"error": f"a stop request is already pending in {where}", "run": run}
-            log.warning("[%s] stop requested by a person: %s", run, reason)
-            return 200, {"run": run, "stop": "requested", "run_dir": str(mon.run_dir), "step": step}
+        return control.stop_run(self, run, reason)
 
     def notification_stats(self) -> dict[str, int] | None:
         """Outbox counts by state (pending, sent, dead), or None without Slack."""
@@ -173,6 +175,7 @@ class Daemon:
             # the others wait for the periodic save (a replay is harmless: notifications are
             # keyed and stop requests idempotent)
             self._save_rows([m.saved() for m in urgent])
+            self.fleet.publish_queued(self)  # before any message queued in this pass may leave
             self.last_poll = now
             self.first_pass_done = True
 
@@ -194,6 +197,7 @@ class Daemon:
             now = self.clock()
             for mon in self.runs.values():
                 self._notify(mon.check_stall(now, self.cfg.stall_after))
+            self.fleet.publish_queued(self)
 
     def save(self) -> None:
         with self.lock:
@@ -202,6 +206,7 @@ class Daemon:
                 return  # not written: the runs stay "changed" and are saved at the next try
             for m in self.runs.values():
                 m.changed = False
+            self.fleet.periodic(self, self.clock(), [r[0] for r in rows])
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
@@ -237,9 +242,10 @@ class Daemon:
         with self.lock:
             waiting, self._unqueued = self._unqueued, []
         if waiting:
-            self._submit(waiting)
+            with self.lock:
+                self._submit(waiting)
         try:
-            counts = self.dispatcher.flush(self.clock())
+            counts = self._deliver()
         except (OSError, sqlite3.Error) as exc:  # a full or read-only disk: say it, no traceback
             self._problem("delivery", f"notifications failing: {exc}")
             return
@@ -252,6 +258,18 @@ class Daemon:
         elif getattr(counts, "retried", 0) or getattr(counts, "dead", 0):
             self._problem("delivery", "notifications failing: the last delivery attempts did not go through "
                                       "(retrying with backoff)")
+
+    def _deliver(self):
+        """Queue what is due and deliver. Sharded with a handoff dir: what is queued is
+        published first, and only messages whose runs were published leave (Fleet.barrier)."""
+        now = self.clock()
+        if self.fleet.store is None:
+            return self.dispatcher.flush(now)
+        with self.lock:
+            counts = self.dispatcher.tick(now) if not self.fleet.released else None
+            self.fleet.publish_queued(self)
+            upto = self.fleet.barrier if self.fleet.barrier is not None else 0
+        return self.dispatcher.deliver(now, upto, counts)
 
     def housekeeping(self) -> None:
         """Forget long-delivered notifications, so the outbox does not grow for ever."""
@@ -279,37 +297,10 @@ class Daemon:
             return
         self.alerts_sent += len(alerts)
         self._problem("queue", None)
+        self.fleet.publish_queued(self)  # at once: the window before a handoff record shows it stays tiny
 
     def _stop(self, mon: RunMonitor, decision) -> None:
-        written = mon.request_stop(decision, self.clock())
-        if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
-            decision.alert.labels["stop"] = "requested" if written or mon.info.stop_state else "not requested"
-        if not written:
-            return
-        log.warning("[%s] stop requested: %s", mon.run, decision.reason)
-        stop = self.cfg.stop
-        if stop.signal:
-            self._signal(mon, stop)
-        if stop.command:
-            env = dict(_clean_env(), RLGUARD_RUN=mon.run, RLGUARD_RUN_DIR=str(mon.run_dir),
-                       RLGUARD_KIND=decision.kind, RLGUARD_STEP=str(decision.step),
-                       RLGUARD_REASON=decision.reason[:2000])
-            try:  # fixed argv, no shell: log content never reaches a command line
-                subprocess.run(stop.command, env=env, timeout=stop.command_timeout, check=False)
-            except (OSError, subprocess.TimeoutExpired) as exc:
-                log.error("[%s] stop command failed: %s", mon.run, exc)
-
-    def _signal(self, mon: RunMonitor, stop) -> None:
-        """Signal the run's trainer, only when its PID file is proven to name it (pidproof)."""
-        proof = trainer_pid(mon.run_dir, stop.pid_file)
-        if proof.pid is None:
-            log.error("[%s] no signal sent: %s", mon.run, proof.reason)
-            return
-        try:
-            os.kill(proof.pid, getattr(signal, stop.signal))
-            log.warning("[%s] sent %s to PID %d (%s)", mon.run, stop.signal, proof.pid, proof.reason)
-        except OSError as exc:
-            log.error("[%s] could not signal PID %d: %s", mon.run, proof.pid, exc)
+        stop_run(mon, decision, self.cfg.stop, self.clock())
 
     def reload_rules(self) -> bool:
         try:
@@ -322,7 +313,7 @@ class Daemon:
             for path, mon in list(self.runs.items()):
                 _, run, _, wd_state, info = mon.saved()
                 saved = {"run": run, "tail": mon.tail.state_dict(), "watchdog": wd_state, "info": info}
-                fresh = RunMonitor(mon.found, mon.run, packs, saved, self.cfg.max_metrics_per_run)
+                fresh = RunMonitor(mon.found, mon.run, packs, saved, self.cfg.max_metrics_per_run, mon.context)
                 fresh.pending, fresh.admitted = mon.pending, mon.admitted
                 self.runs[path] = fresh
             self.reloads += 1
@@ -352,7 +343,12 @@ class Daemon:
         from ..exporter import serve
 
         self.check_watch()
-        self.control_token = _control_token(self.cfg.state_dir)
+        self.control_token = control.control_token(self.cfg.state_dir)
+        self.fleet.start()
+        done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        signal.signal(signal.SIGINT, lambda *_: done.set())
+        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
         try:
             server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout)
         except OSError as exc:
@@ -365,10 +361,6 @@ class Daemon:
         sched.add_job(self.save, "interval", seconds=c.save_interval, id="save")
         sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
         sched.add_job(self.housekeeping, "interval", seconds=3600, id="housekeeping")
-        done = threading.Event()
-        signal.signal(signal.SIGTERM, lambda *_: done.set())
-        signal.signal(signal.SIGINT, lambda *_: done.set())
-        signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
         self.poll()  # discovers first
         sched.start()
         log.info("rlguard daemon: %d file(s) watched; metrics on http://%s:%d/metrics",
@@ -379,6 +371,8 @@ class Daemon:
         if self.lock.acquire(timeout=10):  # a job still running (a stuck read) must not hold the exit
             self.lock.release()
             self.save()
+            with self.lock:
+                self.fleet.release(self)  # the other shards may take this one's runs now
             self.notify()
             server.shutdown()
             self.store.close()
@@ -387,35 +381,3 @@ class Daemon:
             logging.shutdown()
             os._exit(0)  # the stuck job's thread would keep the interpreter from exiting
         return 0
-
-
-def _clean_env() -> dict[str, str]:
-    """The daemon's environment without its secrets, for ``stop.command``."""
-    secret = ("RLGUARD_SLACK", "SLACK_")
-    return {k: v for k, v in os.environ.items() if not k.upper().startswith(secret)}
-
-
-def _health_word(daemon) -> str:
-    from ..exporter import _health
-
-    return _health(daemon).partition(": ")[0]
-
-
-def _control_token(state_dir: str) -> str:
-    """The token ``POST /stop`` requires: ``control.token`` in the state dir, created once with
-    mode 0600, so whoever can read the daemon's state can control it, and nobody else."""
-    import secrets
-
-    path = os.path.join(state_dir, "control.token")
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-        if token:
-            return token
-    except OSError:
-        pass
-    token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
-    return token

@@ -130,7 +130,8 @@ def _hints(alerts: list[Alert]) -> dict[str, Any] | None:
 def _footer(message: Message) -> dict[str, Any]:
     notes = ["rlguard"]
     labels = message.alerts[0].labels if message.alerts else {}
-    for key, label in (("run_dir", "run dir"), ("host", "host")):
+    for key, label in (("cluster", "cluster"), ("team", "team"), ("user", "user"), ("run_dir", "run dir"),
+                       ("host", "host")):
         if labels.get(key):
             notes.append(f"{label} `{fit(labels[key], MAX_VALUE)}`")
     if labels.get("url"):

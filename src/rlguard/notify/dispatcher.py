@@ -24,6 +24,15 @@ attempt up to ``backoff_cap``), or later if the service asked (``Retry-After``, 
 reason to hammer it with the rest of the queue. A permanent failure, or the
 ``max_attempts``-th failed attempt, marks the item dead. With the defaults (24 attempts,
 5 s doubling to 10 min) an item survives about 2.8 hours of Slack being unreachable.
+
+Receivers: with ``routes`` (:class:`~rlguard.notify.router.Routes`) and named ``receivers``, a
+message is queued once per receiver its labels route it to (a team's channel), as its own item
+(key ``<message key>@<receiver>``; the default receiver keeps the message key), delivered and
+retried on its own: one failing webhook holds up only its own items.
+
+Handing runs over (sharded daemons): ``upto`` in ``deliver`` holds back items queued after the
+caller last published the state of their runs, so a run taken over by another daemon is never
+told twice (see :mod:`rlguard.daemon.fleet`).
 """
 from __future__ import annotations
 
@@ -38,7 +47,9 @@ from ..errors import StateError
 from .base import DeliveryResult, Notifier
 from .message import Message
 from .outbox import Item, Outbox
-from .router import Router
+from .router import Router, Routes, message_labels
+
+DEFAULT = "default"  # the receiver of messages no route names (the notifier given first)
 
 log = logging.getLogger(__name__)
 
@@ -59,20 +70,30 @@ class FlushCounts:
 class Dispatcher:
     """Router -> Outbox -> Notifier, with time from ``clock`` unless ``now`` is given."""
 
-    def __init__(self, router: Router, outbox: Outbox, notifier: Notifier,
+    def __init__(self, router: Router, outbox: Outbox, notifier: Notifier | None,
                  clock: Callable[[], float] = time.time, *, max_attempts: int = 24,
                  backoff_base: float = 5.0, backoff_cap: float = 600.0,
                  max_retry_after: float = 3600.0, batch: int = 50,
-                 restore_state: bool = True) -> None:
+                 restore_state: bool = True, receivers: dict[str, Notifier] | None = None,
+                 routes: Routes | None = None) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         self.router, self.outbox, self.notifier, self.clock = router, outbox, notifier, clock
         self.max_attempts, self.batch = max_attempts, batch
         self.backoff_base, self.backoff_cap = backoff_base, backoff_cap
         self.max_retry_after = max_retry_after
+        self.routes = routes
+        #: outbox channel -> notifier; the default notifier's channel is its own name
+        self.channels: dict[str, Notifier] = {notifier.name: notifier} if notifier is not None else {}
+        self._receiver_channel: dict[str, str] = {DEFAULT: notifier.name} if notifier is not None else {}
+        for name, n in (receivers or {}).items():
+            self.channels[f"{n.name}:{name}"] = n
+            self._receiver_channel[name] = f"{n.name}:{name}"
+        self.unrouted = 0  # messages no route and no default took
+        self._queued_groups: set[str] = set()  # groups (runs) with messages queued since drained
         self._lock = threading.Lock()  # the router is not thread-safe; the network is never under it
         self._delivering = threading.Lock()  # one flush at a time, or an item could go out twice
-        self._state_name = f"router:{notifier.name}"
+        self._state_name = f"router:{notifier.name if notifier is not None else 'slack'}"
         if restore_state:
             self._restore()
 
@@ -119,10 +140,46 @@ class Dispatcher:
             self._commit([], self.clock())
 
     def _commit(self, messages: list[Message], now: float) -> int:
-        """Queue messages and save the router state that produced them, atomically."""
-        rows = [(m.key, self.notifier.name, m.to_dict()) for m in messages]
-        return self.outbox.enqueue_many(rows, now=now,
-                                        state={self._state_name: self.router.state_dict()})
+        """Queue messages (one item per receiver) and save the router state that produced
+        them, atomically."""
+        rows = []
+        for m in messages:
+            self._queued_groups.add(m.group_key)
+            payload = m.to_dict()
+            for receiver in self._receivers_of(m):
+                channel = self._receiver_channel[receiver]
+                key = m.key if receiver == DEFAULT else f"{m.key}@{receiver}"
+                rows.append((key, channel, payload))
+        return self.outbox.enqueue_many(rows, now=now, state={self._state_name: self.router.state_dict()})
+
+    def _receivers_of(self, message: Message) -> list[str]:
+        if self.routes is None:
+            return [DEFAULT] if DEFAULT in self._receiver_channel else []
+        names = [r for r in self.routes.receivers(message_labels(message)) if r in self._receiver_channel]
+        if not names:
+            self.unrouted += 1
+            log.warning("message for run %s matches no Slack route and there is no default destination: "
+                        "not sent", message.group_key)
+        return names
+
+    # ------------------------------------------------------------------ handing runs over
+    def group_state(self, run: str) -> dict | None:
+        with self._lock:
+            return self.router.group_state(run)
+
+    def adopt_group(self, run: str, state: dict | None) -> None:
+        with self._lock:
+            self.router.set_group(run, state)
+
+    def drain_queued_groups(self) -> set[str]:
+        """The groups (runs) that had messages queued since the last call."""
+        with self._lock:
+            out, self._queued_groups = self._queued_groups, set()
+        return out
+
+    def forget_groups(self, runs) -> None:
+        with self._lock:
+            self.router.forget(runs)
 
     def backoff(self, attempts: int, retry_after: float | None = None) -> float:
         """Delay before the next attempt, after ``attempts`` failed ones (0 for the first)."""
@@ -131,15 +188,31 @@ class Dispatcher:
             delay = max(delay, min(retry_after, self.max_retry_after))
         return delay
 
-    def flush(self, now: float | None = None) -> FlushCounts:
+    def flush(self, now: float | None = None, upto: int | None = None) -> FlushCounts:
         """Emit what the router has due (group waits, reminders), then deliver due items."""
         now = self.clock() if now is None else now
+        counts = self.tick(now)
+        return self.deliver(now, upto, counts)
+
+    def tick(self, now: float | None = None) -> FlushCounts:
+        """Queue what the router has due now (group waits, reminders); no network."""
+        now = self.clock() if now is None else now
         with self._lock:
-            counts = FlushCounts(queued=self._route_and_commit([], now))
+            return FlushCounts(queued=self._route_and_commit([], now))
+
+    def deliver(self, now: float | None = None, upto: int | None = None,
+                counts: FlushCounts | None = None) -> FlushCounts:
+        """Deliver due items (with an id up to ``upto`` when given). A channel whose delivery
+        fails is left for this round; the others go on."""
+        now = self.clock() if now is None else now
+        counts = counts or FlushCounts()
+        failing: set[str] = set()
         with self._delivering:
-            for item in self.outbox.due(now, channel=self.notifier.name, limit=self.batch):
+            for item in self.outbox.due(now, channel=list(self.channels), limit=self.batch, upto=upto):
+                if item.channel in failing:
+                    continue
                 if not self._deliver(item, now, counts):
-                    break
+                    failing.add(item.channel)
         return counts
 
     def _deliver(self, item: Item, now: float, counts: FlushCounts) -> bool:
@@ -151,16 +224,17 @@ class Dispatcher:
             counts.dead += 1
             return True
         message.possible_duplicate = item.interrupted
+        notifier = self.channels[item.channel]
         self.outbox.mark_sending(item.id)
         try:
-            result = self.notifier.deliver(message)
+            result = notifier.deliver(message)
         except Exception as exc:  # a notifier bug must not kill the flush loop
             result = DeliveryResult(ok=False, error=f"{type(exc).__name__}: {exc}")
         if result.ok:
             self.outbox.mark_sent(item.id, now)  # first thing: this is the duplicate window
             counts.sent += 1
             return True
-        error = self.notifier.redact(result.error)
+        error = notifier.redact(result.error)
         if result.permanent or item.attempts + 1 >= self.max_attempts:
             self.outbox.mark_dead(item.id, error, now)
             counts.dead += 1

@@ -16,6 +16,9 @@ Prometheus. Alerts are grouped by run. Per group:
   alerts for the same rule and metric add nothing. A resolved alert that was never notified
   as firing is dropped.
 
+Which receivers a message goes to (a team's channel) is decided by :class:`Routes`, from the
+run's labels, with Alertmanager's matchers, first match wins and ``continue``.
+
 Time is passed in (``now``), so routing is deterministic. Messages are emitted by ``route``,
 whether it is given new alerts or an empty list (a clock tick). The state is plain JSON
 (``state_dict``/``load_state_dict``). Each message key is derived from the run and each
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
@@ -193,3 +197,110 @@ class Router:
         except (KeyError, TypeError, AttributeError) as exc:
             raise StateError(f"corrupt router state ({type(exc).__name__}: {exc})") from None
         self._groups = groups
+
+    # ------------------------------------------------------------------ handing runs over
+    def group_state(self, key: str) -> dict[str, Any] | None:
+        """One group's state (a run's), for another daemon that takes the run over."""
+        group = self._groups.get(key)
+        return group.to_dict() if group is not None else None
+
+    def set_group(self, key: str, state: dict[str, Any] | None) -> None:
+        """Take a group over as another daemon left it (None: nothing firing or to tell); its
+        alerts are renamed to ``key`` when the run got another name here."""
+        if state is None:
+            self._groups.pop(key, None)
+            return
+        try:
+            group = _Group.from_dict(state)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise StateError(f"corrupt group state ({type(exc).__name__}: {exc})") from None
+        for alerts in (group.firing, group.cleared, group.late):
+            for a in alerts.values():
+                a.run = key
+        self._groups[key] = group
+
+    def forget(self, keys: Iterable[str]) -> None:
+        """Drop groups of runs another daemon owns now (no reminder or resolved from here)."""
+        for key in keys:
+            self._groups.pop(key, None)
+
+
+# ---------------------------------------------------------------------- receivers by label
+_MATCHER = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
+
+
+@dataclass(frozen=True)
+class Matcher:
+    """An Alertmanager matcher: ``name="value"``, ``!=``, ``=~`` (an anchored regex), ``!~``.
+    A label that is absent matches as the empty string, as in Alertmanager."""
+
+    name: str
+    op: str
+    value: str
+    pattern: re.Pattern | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "Matcher":
+        m = _MATCHER.match(str(text))
+        if m is None:
+            raise ValueError(f"matcher {text!r}: use label=\"value\", label!=\"value\", label=~\"regex\" or "
+                             "label!~\"regex\"")
+        name, op, value = m.groups()
+        if len(value) >= 2 and value[0] == value[-1] == '"':
+            value = value[1:-1].replace('\\"', '"')
+        pattern = None
+        if op in ("=~", "!~"):
+            try:
+                pattern = re.compile(f"(?:{value})")
+            except re.error as exc:
+                raise ValueError(f"matcher {text!r}: bad regex: {exc}") from None
+        return cls(name, op, value, pattern)
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        have = labels.get(self.name, "")
+        if self.pattern is not None:
+            return (self.pattern.fullmatch(have) is not None) == (self.op == "=~")
+        return (have == self.value) == (self.op == "=")
+
+
+@dataclass(frozen=True)
+class Route:
+    """Messages whose labels match every matcher go to ``receiver``; the first matching route
+    wins, unless it has ``continue``, as in Alertmanager."""
+
+    matchers: tuple[Matcher, ...]
+    receiver: str
+    cont: bool = False
+
+
+class Routes:
+    """Alertmanager's route list, one level deep: which receivers a message goes to."""
+
+    def __init__(self, routes: Iterable[Route], default: str | None) -> None:
+        self.routes, self.default = list(routes), default
+
+    def receivers(self, labels: dict[str, str]) -> list[str]:
+        """The receivers of a message with these labels, in route order; the default when no
+        route matches (none when there is no default)."""
+        out: list[str] = []
+        for route in self.routes:
+            if all(m.matches(labels) for m in route.matchers):
+                if route.receiver not in out:
+                    out.append(route.receiver)
+                if not route.cont:
+                    break
+        if not out and self.default is not None:
+            out.append(self.default)
+        return out
+
+
+def message_labels(message: Message) -> dict[str, str]:
+    """What routes match on: the run's labels (run, cluster, team, user) and the highest
+    severity among the message's alerts."""
+    first = message.alerts[0] if message.alerts else None
+    labels = {k: v for k, v in (first.labels if first else {}).items() if k in ("cluster", "team", "user")}
+    labels["run"] = message.group_key
+    if message.alerts:
+        worst = max(message.alerts, key=lambda a: severity_rank(a.severity))
+        labels["severity"] = str(worst.severity)
+    return labels

@@ -1,0 +1,51 @@
+"""What the daemon does when a rule decides to stop a run it does not live in: the stop request
+in the run's directory (always), a signal to the proven trainer, a command (both optional)."""
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+
+from .pidproof import trainer_pid
+
+log = logging.getLogger("rlguard.daemon")
+
+
+def stop_run(mon, decision, stop, now: float) -> None:
+    """Write ``RLGUARD_STOP`` (idempotent); on a new request, signal and run the command."""
+    written = mon.request_stop(decision, now)
+    if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
+        decision.alert.labels["stop"] = "requested" if written or mon.info.stop_state else "not requested"
+    if not written:
+        return
+    log.warning("[%s] stop requested: %s", mon.run, decision.reason)
+    if stop.signal:
+        _signal(mon, stop)
+    if stop.command:
+        env = dict(clean_env(), RLGUARD_RUN=mon.run, RLGUARD_RUN_DIR=str(mon.run_dir),
+                   RLGUARD_KIND=decision.kind, RLGUARD_STEP=str(decision.step),
+                   RLGUARD_REASON=decision.reason[:2000])
+        try:  # fixed argv, no shell: log content never reaches a command line
+            subprocess.run(stop.command, env=env, timeout=stop.command_timeout, check=False)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            log.error("[%s] stop command failed: %s", mon.run, exc)
+
+
+def _signal(mon, stop) -> None:
+    """Signal the run's trainer, only when its PID file is proven to name it (pidproof)."""
+    proof = trainer_pid(mon.run_dir, stop.pid_file)
+    if proof.pid is None:
+        log.error("[%s] no signal sent: %s", mon.run, proof.reason)
+        return
+    try:
+        os.kill(proof.pid, getattr(signal, stop.signal))
+        log.warning("[%s] sent %s to PID %d (%s)", mon.run, stop.signal, proof.pid, proof.reason)
+    except OSError as exc:
+        log.error("[%s] could not signal PID %d: %s", mon.run, proof.pid, exc)
+
+
+def clean_env() -> dict[str, str]:
+    """The daemon's environment without its secrets, for ``stop.command``."""
+    secret = ("RLGUARD_SLACK", "SLACK_")
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith(secret)}

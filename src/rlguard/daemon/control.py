@@ -1,0 +1,65 @@
+"""The daemon's control surface: what ``rlguard status`` shows (``GET /status``), a person's
+stop request (``POST /stop``), and the token that authorises it."""
+from __future__ import annotations
+
+import logging
+import os
+
+log = logging.getLogger("rlguard.daemon")
+
+
+def status(daemon) -> dict:
+    """What ``rlguard status`` shows: every run, its firing alerts, pending stop requests."""
+    runs = []
+    for snap in daemon.snapshots():
+        runs.append({"run": snap.run, "run_dir": snap.run_dir, "log": snap.log, "last_step": snap.last_step,
+                     "last_update": snap.last_update, "stalled": snap.stalled, "stop": snap.stop_state,
+                     "stop_reason": snap.stop_reason, "parse_errors": snap.parse_errors,
+                     "idle_rules": snap.idle,
+                     "firing": [{"rule": a.rule, "kind": a.kind, "severity": a.severity, "metric": a.metric,
+                                 "step": a.step, "message": a.message} for a in snap.firing]})
+    return {"runs": sorted(runs, key=lambda r: r["run"]), "health": _health_word(daemon),
+            "problems": list(daemon.problems.values()), "notifications": daemon.notification_stats()}
+
+
+def stop_run(daemon, run: str, reason: str) -> tuple[int, dict]:
+    """A person's stop request for a watched run (``rlguard stop RUN``): (HTTP code, answer)."""
+    from ..alerts import Action, Decision
+
+    with daemon.lock:
+        mon = next((m for m in daemon.runs.values() if m.run == run), None)
+        if mon is None:
+            return 404, {"error": f"no run {run!r} is watched", "runs": sorted(m.run for m in daemon.runs.values())}
+        step = int(mon.info.last_step or 0)
+        decision = Decision(Action.STOP, step, reason, None, "manual")
+        if not mon.request_stop(decision, daemon.clock()):
+            where = mon.run_dir if mon.found.run_dir else "nowhere (no run directory on this machine)"
+            return 409, {"error": f"a stop request is already pending in {where}", "run": run}
+        log.warning("[%s] stop requested by a person: %s", run, reason)
+        return 200, {"run": run, "stop": "requested", "run_dir": str(mon.run_dir), "step": step}
+
+
+def _health_word(daemon) -> str:
+    from ..exporter import _health
+
+    return _health(daemon).partition(": ")[0]
+
+
+def control_token(state_dir: str) -> str:
+    """The token ``POST /stop`` requires: ``control.token`` in the state dir, created once with
+    mode 0600, so whoever can read the daemon's state can control it, and nobody else."""
+    import secrets
+
+    path = os.path.join(state_dir, "control.token")
+    try:
+        with open(path) as f:
+            token = f.read().strip()
+        if token:
+            return token
+    except OSError:
+        pass
+    token = secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token

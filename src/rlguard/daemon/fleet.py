@@ -1,0 +1,201 @@
+"""A daemon in a fleet: which runs it owns (:mod:`.shard`), their labels (:mod:`.labels`), and
+handing runs over between shards (:mod:`.handoff`) without a lost or repeated notification.
+
+How a run changes hands when the shard count changes (say 2 -> 3, a StatefulSet rolling):
+
+1. Every shard publishes each run's state to the handoff dir: at most every
+   ``handoff_interval``, and, before any message about the run leaves, the state that queued
+   it (``publish_queued``: messages queued after the last publication are held back, see
+   ``barrier``). So a record never lags what Slack was told.
+2. A shard that finds a run it owns, and that a live shard of another count may still be
+   judging (that shard's marker is fresh and not released), waits for it.
+3. A shard that stops cleanly publishes every run and marks itself released (SIGTERM, as a
+   rolling update does); a shard killed without releasing is taken as dead after
+   ``handoff_lease``, and its runs are taken over from its last records.
+4. The new owner resumes from the record when it is of a later ownership (``epoch``) than its
+   own saved state: the tail offsets (from the last step judged), the watchdog (alerts already
+   firing stay firing: not fired again), and the run's notification group (what was told is not
+   told again; what was pending is told by the new owner). Its own router drops the groups of
+   runs it no longer owns at start, so it sends no reminder or resolved message for them.
+
+Limits: a shard killed between queuing a message and publishing the run (a few milliseconds,
+under the daemon's lock), whose run then moves before it restarts, may have that message sent
+twice (by itself after the restart, and by the new owner). Messages a removed shard still had
+pending (Slack down while it stopped) are sent only if that shard comes back.
+"""
+from __future__ import annotations
+
+import logging
+import os
+
+from ..errors import InputError
+from ..sources.layout import Found, run_name
+from .handoff import HandoffStore
+from .labels import PathTemplate
+from .shard import ShardSpec, shard_key, watch_roots
+
+log = logging.getLogger("rlguard.daemon")
+
+
+class Fleet:
+    def __init__(self, cfg, clock) -> None:
+        self.spec = ShardSpec.parse(cfg.shard) if cfg.shard else ShardSpec()
+        self.roots = watch_roots(cfg.watch)
+        self.template = PathTemplate.parse(cfg.path_template) if cfg.path_template else None
+        self.cluster = cfg.cluster
+        self.clock = clock
+        self.store = None
+        if cfg.handoff_dir:
+            if cfg.handoff_lease < 2 * cfg.save_interval:
+                raise InputError(f"handoff_lease ({cfg.handoff_lease:g} s) must be at least twice save_interval "
+                                 f"({cfg.save_interval:g} s): shards heartbeat at every save")
+            try:
+                self.store = HandoffStore(cfg.handoff_dir, self.spec, cfg.handoff_lease)
+            except OSError as exc:
+                raise InputError(f"--handoff-dir {cfg.handoff_dir}: {exc.strerror or exc}") from None
+        elif self.spec.sharded:
+            log.warning("--shard %s without --handoff-dir: a pod restart loses nothing, but when the shard count "
+                        "changes, moved runs are judged again from their start (and may notify again)", self.spec)
+        self.interval = cfg.handoff_interval
+        self._owned: dict[str, bool] = {}
+        self.waiting: dict[str, str] = {}  # run key -> the shard it waits for
+        self.elsewhere: set[str] = set()  # runs found that other shards own
+        self.dirty: set[str] = set()  # runs changed since they were last published
+        self.barrier: int | None = None  # outbox items up to this id may leave
+        self.released = False
+        self._unpublished: set[str] = set()
+        self._last_publish = clock()
+
+    # ---------------------------------------------------------------- ownership
+    def owns(self, key: str) -> bool:
+        hit = self._owned.get(key)
+        if hit is None:
+            hit = self._owned[key] = self.spec.owns(shard_key(key, self.roots))
+        return hit
+
+    def begin_scan(self, now: float) -> None:
+        if self.store is not None:
+            self.store.refresh(now)
+
+    def place(self, found: Found) -> str:
+        """``mine`` (watch it now), ``other`` (another shard's) or ``wait`` (mine, but a live
+        shard of the previous count may still be judging it)."""
+        if not self.owns(found.key):
+            self.elsewhere.add(found.key)
+            return "other"
+        self.elsewhere.discard(found.key)
+        busy = self.store.busy_elsewhere(shard_key(found.key, self.roots)) if self.store is not None else None
+        if busy is not None:
+            if self.waiting.get(found.key) != str(busy):
+                log.info("%s: waiting for shard %s to release it (a resize in progress)", found.key, busy)
+            self.waiting[found.key] = str(busy)
+            return "wait"
+        self.waiting.pop(found.key, None)
+        return "mine"
+
+    def labels(self, found: Found) -> dict[str, str]:
+        """team, user, run (from the path template) and cluster; what is known of them."""
+        out = {}
+        if self.template is not None:
+            root = next((r for r in self.roots if (found.key + "/").startswith(r.rstrip("/") + "/")), None)
+            got = self.template.labels(found.key, root, is_file=found.key != found.run_dir)
+            if got is None:
+                log.info("%s does not match the path template %s: no team or user label", found.key,
+                         self.template.text)
+            out.update(got or {})
+        if self.cluster:
+            out["cluster"] = self.cluster
+        return out
+
+    def name(self, found: Found, labels: dict[str, str]) -> str | None:
+        """With a path template, a run's name is its team, user and run, joined by '/'
+        (``nlp/alice/grpo-7``): the same on every shard, and unique when the template tells runs
+        apart. None: the default name."""
+        if self.template is None or not any(k in labels for k in ("team", "user", "run")):
+            return None
+        run = labels.get("run") or os.fsencode(run_name(found.key)).decode("utf-8", "replace")
+        return "/".join([*(labels[k] for k in ("team", "user") if k in labels), run])
+
+    # ---------------------------------------------------------------- taking a run
+    def claim(self, found: Found, own: dict | None) -> tuple[dict | None, dict | None, bool]:
+        """The state to resume ``found`` from: (state, its notification group, adopted). A record
+        of a later ownership than ``own`` (this shard's saved state) wins."""
+        rec = self.store.read(found.key) if self.store is not None else None
+        self.dirty.add(found.key)
+        mine_epoch = int((own or {}).get("info", {}).get("epoch", 0)) if own else -1
+        if rec is None or int(rec.get("epoch", 0)) <= mine_epoch:
+            return own, None, False
+        epoch = int(rec.get("epoch", 0)) + (0 if rec.get("owner") == str(self.spec) else 1)
+        info = dict(rec.get("info") or {}, epoch=epoch)
+        state = {"run": rec.get("run"), "tail": rec.get("tail"), "watchdog": rec.get("watchdog"), "info": info}
+        log.info("%s: taken over from shard %s (epoch %d)", found.key, rec.get("owner"), epoch)
+        return state, rec.get("group"), True
+
+    # ---------------------------------------------------------------- publishing
+    def publish(self, daemon, keys) -> bool:
+        """Write the records of ``keys`` (runs this daemon watches); False if one failed."""
+        if self.store is None or self.released:
+            return True
+        n = 0
+        for key in list(keys):
+            mon = daemon.runs.get(key)
+            if mon is None:
+                continue
+            _, run, tail, wd, info = mon.saved()
+            group = daemon.dispatcher.group_state(run) if daemon.dispatcher is not None else None
+            try:
+                self.store.write(key, {"epoch": int(info.get("epoch", 0)), "run": run, "tail": tail,
+                                       "watchdog": wd, "info": info, "group": group,
+                                       "at": self.clock()})
+            except (OSError, TypeError, ValueError) as exc:
+                daemon._problem("handoff", f"handoff record not writable in {self.store.root}: {exc}")
+                return False
+            self.dirty.discard(key)
+            n += 1
+        if n:
+            daemon._problem("handoff", None)
+        return True
+
+    def publish_queued(self, daemon) -> None:
+        """Publish the runs that had messages queued, then let those messages leave (under the
+        daemon's lock: every message is queued under it)."""
+        if self.store is None or daemon.dispatcher is None:
+            return
+        groups = daemon.dispatcher.drain_queued_groups() | self._unpublished
+        upto = daemon.dispatcher.outbox.max_id()
+        keys = [daemon.names[g] for g in groups if g in daemon.names]
+        if self.publish(daemon, keys):
+            self.barrier, self._unpublished = upto, set()
+        else:  # their messages are held back until a publication succeeds
+            self._unpublished = groups
+
+    def periodic(self, daemon, now: float, changed) -> None:
+        """At each save: heartbeat, and publish what changed at most every ``handoff_interval``."""
+        if self.store is None or self.released:
+            return
+        self.dirty.update(changed)
+        try:
+            self.store.heartbeat(now)
+        except OSError as exc:
+            daemon._problem("handoff", f"handoff dir not writable ({self.store.root}): {exc}")
+        if now - self._last_publish >= self.interval:
+            self._last_publish = now
+            self.publish(daemon, sorted(self.dirty))
+
+    def release(self, daemon) -> None:
+        """Stopping cleanly: publish every run, then say this shard let go of them."""
+        if self.store is None or self.released:
+            return
+        self.publish_queued(daemon)
+        self.publish(daemon, list(daemon.runs))
+        try:
+            self.store.heartbeat(self.clock(), released=True)
+        except OSError as exc:
+            log.error("could not release shard %s in the handoff dir: %s", self.spec, exc)
+        self.released = True
+        log.info("shard %s released %d run(s) in %s", self.spec, len(daemon.runs), self.store.root)
+
+    def start(self) -> None:
+        if self.store is not None:
+            self.store.heartbeat(self.clock())
+
