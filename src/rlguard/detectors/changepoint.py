@@ -73,6 +73,8 @@ class ChangePoint(Detector):
 
     def _screen(self, hist: np.ndarray, off: int, quantum: float) -> np.ndarray:
         h, n = self.p.half, len(hist) - off
+        cut = max(0, off - 2 * h)  # the sums below never reach further back than this
+        hist, off = hist[cut:], off - cut
         z = np.full(n, np.nan)
         k = off + np.arange(n)  # positions in hist
         ok = k + 1 >= 2 * h

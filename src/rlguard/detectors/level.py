@@ -232,6 +232,10 @@ class Growth(_Rolling):
             "a metric that drops into a lull (a GRPO gradient norm while every group ties) and "
             "comes back has not grown against the run's own usual level"))
 
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._block: tuple | None = None  # (block, base, top): derived from the tail, not state
+
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
         keep = p.lag + max(p.baseline_window, p.long_window or 0) + p.window + p.refresh
@@ -241,6 +245,27 @@ class Growth(_Rolling):
         absolute = first + np.arange(n)
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
         end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
+        base, top = self._baseline(hist, block, end)
+        lower = level - chunk.quantum / 2.0
+        ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
+        trig = (ratio >= p.min_factor) & (lower > p.min_value)
+        if p.over_baseline_max is not None:
+            trig &= lower >= p.over_baseline_max * top
+        if p.long_window is not None:  # only where it matters: the rule would trigger
+            for j in np.flatnonzero(trig):
+                usual = upper_median(hist[max(0, end[j] - p.long_window): max(end[j], 1)])
+                trig[j] = lower[j] >= p.min_factor * usual
+        verdict = np.where(np.isfinite(ratio), trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        return Scan(verdict, ratio, base, level=level)
+
+    def _baseline(self, hist: np.ndarray, block: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Median and max of each sample's baseline window (``hist[end - baseline_window: end]``,
+        partial early in the run). A block's baseline is fixed once its block starts, so the
+        last one is kept for a live run's one-record chunks."""
+        p, n = self.p, len(block)
+        c = self._block
+        if n and c is not None and block[0] == c[0] and block[-1] == c[0]:
+            return np.full(n, c[1]), np.full(n, c[2])
         base, top = np.full(n, np.nan), np.full(n, np.nan)
         full = end - p.baseline_window >= 0
         if full.any():
@@ -253,17 +278,13 @@ class Growth(_Rolling):
         for j in np.flatnonzero(early):
             base[j] = upper_median(hist[: end[j]])
             top[j] = hist[: end[j]].max()
-        lower = level - chunk.quantum / 2.0
-        ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
-        trig = (ratio >= p.min_factor) & (lower > p.min_value)
-        if p.over_baseline_max is not None:
-            trig &= lower >= p.over_baseline_max * top
-        if p.long_window is not None:  # only where it matters: the rule would trigger
-            for j in np.flatnonzero(trig):
-                usual = upper_median(hist[max(0, end[j] - p.long_window): max(end[j], 1)])
-                trig[j] = lower[j] >= p.min_factor * usual
-        verdict = np.where(np.isfinite(ratio), trig.astype(np.int8), UNKNOWN).astype(np.int8)
-        return Scan(verdict, ratio, base, level=level)
+        if n:
+            self._block = (int(block[-1]), float(base[-1]), float(top[-1]))
+        return base, top
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self._block = None
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         p = self.p

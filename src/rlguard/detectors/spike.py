@@ -52,6 +52,7 @@ class Spike(Detector):
         self.tail: list[float] = []
         self.seen = 0
         self.low = np.inf  # the lowest value seen (surrogate)
+        self._block: tuple | None = None  # (block start, med, mad, top, sd): derived, not state
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -60,31 +61,8 @@ class Spike(Detector):
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
-        med, mad, top, sd = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
-        uniq, inv = np.unique(local, return_inverse=True)
-        full = uniq - p.window >= 0
-        if full.any():
-            pos = uniq[full]
-            view = windows(hist[: pos.max()], p.window)[pos - p.window]
-            m = np.median(view, axis=1)
-            um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
-            um[full], ud[full] = m, np.median(np.abs(view - m[:, None]), axis=1)
-            med, mad = um[inv], ud[inv]
-            if p.surrogate == "deciles":
-                us = np.zeros(len(uniq))
-                us[full] = _deciles(view)
-                sd = us[inv]
-            if p.over_max is not None:
-                ut = np.full(len(uniq), np.nan)
-                ut[full] = view.max(axis=1)
-                top = ut[inv]
         have = np.minimum(start, p.window)
-        for j in np.flatnonzero((have >= p.min_history) & np.isnan(med)):  # partial windows at the start
-            w = hist[max(0, local[j] - p.window): local[j]]
-            med[j] = np.median(w)
-            mad[j] = np.median(np.abs(w - med[j]))
-            top[j] = w.max()
-            sd[j] = _deciles(w[None, :])[0]
+        med, mad, top, sd = self._baseline(hist, start, local, have)
         ok = have >= p.min_history
         spread = 1.4826 * mad
         if p.surrogate == "deciles":
@@ -114,6 +92,42 @@ class Spike(Detector):
         self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
         return Scan(verdict, z, med)
 
+    def _baseline(self, hist, start, local, have):
+        """Median, MAD, max and decile spread of the window before each sample's block. A
+        block's baseline depends only on samples before it, so the last one is kept: a live
+        run's one-record chunks inside a block reuse it instead of recomputing it."""
+        p, n = self.p, len(start)
+        c = self._block
+        if n and c is not None and start[0] == c[0] and start[-1] == c[0]:
+            return np.full(n, c[1]), np.full(n, c[2]), np.full(n, c[3]), np.full(n, c[4])
+        med, mad, top, sd = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
+        uniq, inv = np.unique(local, return_inverse=True)
+        full = uniq - p.window >= 0
+        if full.any():
+            pos = uniq[full]
+            view = windows(hist[: pos.max()], p.window)[pos - p.window]
+            m = np.median(view, axis=1)
+            um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
+            um[full], ud[full] = m, np.median(np.abs(view - m[:, None]), axis=1)
+            med, mad = um[inv], ud[inv]
+            if p.surrogate == "deciles":
+                us = np.zeros(len(uniq))
+                us[full] = _deciles(view)
+                sd = us[inv]
+            if p.over_max is not None:
+                ut = np.full(len(uniq), np.nan)
+                ut[full] = view.max(axis=1)
+                top = ut[inv]
+        for j in np.flatnonzero((have >= p.min_history) & np.isnan(med)):  # partial windows at the start
+            w = hist[max(0, local[j] - p.window): local[j]]
+            med[j] = np.median(w)
+            mad[j] = np.median(np.abs(w - med[j]))
+            top[j] = w.max()
+            sd[j] = _deciles(w[None, :])[0]
+        if n:
+            self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), float(sd[-1]))
+        return med, mad, top, sd
+
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} = {fmt(value)} is {fmt(abs(stat))} robust standard deviations "
                 f"{'above' if stat > 0 else 'below'} its recent median {fmt(ref)}")
@@ -124,6 +138,7 @@ class Spike(Detector):
     def load_state_dict(self, s):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
         self.low = np.inf if s.get("low") is None else float(s["low"])
+        self._block = None
 
 
 def _deciles(view: np.ndarray) -> np.ndarray:
