@@ -14,6 +14,7 @@ import sqlite3
 from pathlib import Path
 
 from ..errors import RLGuardError
+from .codec import pack, unpack
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -60,7 +61,8 @@ class Store:
         out = {}
         for path, run, tail, wd, info in self.db.execute("SELECT path, run, tail, watchdog, info FROM runs"):
             key = os.fsdecode(path) if isinstance(path, bytes) else path
-            out[key] = {"run": run, "tail": json.loads(tail), "watchdog": json.loads(wd), "info": json.loads(info)}
+            out[key] = {"run": run, "tail": json.loads(tail), "watchdog": unpack(json.loads(wd)),
+                        "info": json.loads(info)}
         return out
 
     def save(self, rows: list[tuple[str, str, dict, dict, dict]]) -> list[tuple[str, str]]:
@@ -73,7 +75,7 @@ class Store:
         for k, r, t, w, i in rows:
             try:
                 good.append((_key(k), r.encode("utf-8", "replace").decode(), json.dumps(t),
-                             json.dumps(w, allow_nan=True), json.dumps(i, allow_nan=True)))
+                             json.dumps(pack(w), allow_nan=True), json.dumps(i, allow_nan=True)))
             except (TypeError, ValueError) as exc:
                 bad.append((k, f"{type(exc).__name__}: {exc}"))
         with self.db:

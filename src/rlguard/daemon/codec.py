@@ -1,0 +1,41 @@
+"""Compact, lossless JSON for saved watchdog state.
+
+A run's state is mostly detector tails: lists of up to a few hundred floats. Written as JSON
+text each float costs ~19 characters and a ``repr``; a daemon with 1,000 runs spent about a
+fifth of its CPU there. :func:`pack` replaces every all-float list of at least ``MIN_LEN``
+items with ``{"f64": <base64 of the little-endian float64 bytes>}`` (NaN and infinities kept
+bit for bit); :func:`unpack` undoes it. States saved before this encoding hold plain lists
+and load unchanged.
+"""
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import numpy as np
+
+MIN_LEN = 16
+_TAG = "f64"
+
+
+def pack(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {k: pack(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        if len(obj) >= MIN_LEN and all(type(x) is float for x in obj):
+            return {_TAG: base64.b64encode(np.asarray(obj, dtype="<f8").tobytes()).decode("ascii")}
+        return [pack(v) for v in obj]
+    return obj
+
+
+def unpack(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        if len(obj) == 1 and _TAG in obj and isinstance(obj[_TAG], str):
+            raw = base64.b64decode(obj[_TAG].encode("ascii"), validate=True)
+            if len(raw) % 8:
+                raise ValueError("a packed float list whose length is not a multiple of 8 bytes")
+            return np.frombuffer(raw, dtype="<f8").tolist()
+        return {k: unpack(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [unpack(v) for v in obj]
+    return obj

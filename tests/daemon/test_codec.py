@@ -1,0 +1,67 @@
+"""The state codec: float tails saved as base64 float64, bit for bit, and old plain states load."""
+from __future__ import annotations
+
+import json
+import math
+import random
+
+import pytest
+
+from rlguard.daemon.codec import MIN_LEN, pack, unpack
+from rlguard.daemon.store import Store
+from rlguard.sources.base import LogRecord
+from rlguard.watchdog import Watchdog
+
+
+def test_float_lists_round_trip_bit_for_bit():
+    tail = [0.1, -0.0, math.inf, -math.inf, math.nan, 5e-324, 1.7976931348623157e308] * 4
+    state = {"a": {"tail": tail, "steps": list(range(40)), "few": [1.5, 2.5], "mixed": [1.0, None] * 10}}
+    packed = pack(state)
+    assert isinstance(packed["a"]["tail"], dict)  # packed
+    assert packed["a"]["steps"] == list(range(40)) and packed["a"]["few"] == [1.5, 2.5]
+    assert packed["a"]["mixed"] == [1.0, None] * 10  # not all floats: left as it is
+    back = unpack(json.loads(json.dumps(packed, allow_nan=True)))
+    got = back["a"]["tail"]
+    assert len(got) == len(tail)
+    for x, y in zip(got, tail):
+        assert (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
+    noisy = {"tail": [random.Random(0).gauss(0, 1) for _ in range(200)]}
+    assert len(json.dumps(pack(noisy))) < 0.7 * len(json.dumps(noisy))
+
+
+def test_short_lists_and_plain_old_states_are_untouched():
+    old = {"tail": [0.5] * (MIN_LEN - 1), "big": [0.25] * 50}
+    assert pack(old)["tail"] == old["tail"]
+    assert unpack(old) == old  # a state saved before packing loads as it was
+
+
+def test_a_corrupt_packed_list_is_a_value_error():
+    with pytest.raises(ValueError):
+        unpack({"f64": "AAAA"})  # 3 bytes: not a float64 list
+    with pytest.raises(ValueError):
+        unpack({"f64": "not base64!"})
+
+
+def _records(rng, start, n):
+    return [LogRecord(s, {"reward": 0.5 + 0.05 * rng.gauss(0, 1) - (0.3 if s > 150 else 0),
+                          "grad_norm": abs(1 + 0.2 * rng.gauss(0, 1)), "kl": 0.01, "entropy": 0.8,
+                          "loss": 0.1 * rng.gauss(0, 1)}, s) for s in range(start, start + n)]
+
+
+def test_a_watchdog_restored_from_the_store_decides_as_one_never_stopped(tmp_path):
+    rng = random.Random(3)
+    recs = _records(rng, 1, 300)
+    straight = Watchdog(run="r")
+    whole = [(d.step, d.reason) for i in range(0, 300, 10) for d in straight.ingest(recs[i:i + 10])]
+    assert whole, "the falling reward must be caught"
+    first = Watchdog(run="r")
+    got = [(d.step, d.reason) for i in range(0, 140, 10) for d in first.ingest(recs[i:i + 10])]
+    store = Store(tmp_path)
+    assert store.save([("p", "r", {}, first.state_dict(), {})]) == []
+    store.db.commit()
+    loaded = store.load()["p"]["watchdog"]
+    store.close()
+    second = Watchdog(run="r")
+    second.load_state_dict(loaded)
+    got += [(d.step, d.reason) for i in range(140, 300, 10) for d in second.ingest(recs[i:i + 10])]
+    assert got == whole
