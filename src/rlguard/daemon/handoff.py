@@ -28,6 +28,7 @@ import socket
 from pathlib import Path
 
 from ..errors import InputError
+from .codec import pack, unpack
 from .shard import ShardSpec, owner_of
 
 log = logging.getLogger("rlguard.daemon")
@@ -52,7 +53,7 @@ class HandoffStore:
     def read(self, key: str) -> dict | None:
         """The record of the run at ``key``, or None (none, unreadable, another key's)."""
         try:
-            data = json.loads(self._path(key).read_bytes())
+            data = unpack(json.loads(self._path(key).read_bytes()))
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:
@@ -64,7 +65,7 @@ class HandoffStore:
 
     def write(self, key: str, record: dict) -> None:
         path = self._path(key)
-        body = json.dumps({"v": VERSION, "key": key, "owner": str(self.spec), **record},
+        body = json.dumps({"v": VERSION, "key": key, "owner": str(self.spec), **pack(record)},
                           allow_nan=True, separators=(",", ":"))
         _atomic(path, body.encode())
 
