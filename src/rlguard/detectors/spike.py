@@ -17,7 +17,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, windows
+from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, median_rows,
+                   quantile_rows, register, windows)
 
 
 @register
@@ -106,9 +107,9 @@ class Spike(Detector):
         if full.any():
             pos = uniq[full]
             view = windows(hist[: pos.max()], p.window)[pos - p.window]
-            m = np.median(view, axis=1)
+            m = median_rows(view)
             um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
-            um[full], ud[full] = m, np.median(np.abs(view - m[:, None]), axis=1)
+            um[full], ud[full] = m, median_rows(np.abs(view - m[:, None]))
             med, mad = um[inv], ud[inv]
             if p.surrogate == "deciles":
                 us = np.zeros(len(uniq))
@@ -143,5 +144,5 @@ class Spike(Detector):
 
 def _deciles(view: np.ndarray) -> np.ndarray:
     """Per row, (q90 - q10) / 2.563: a Gaussian's sigma, from the spread of the middle 80%."""
-    q = np.quantile(view, [0.1, 0.9], axis=1)
+    q = quantile_rows(view, (0.1, 0.9))
     return (q[1] - q[0]) / 2.563
