@@ -27,7 +27,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -36,6 +35,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from procstat import free_port
 
 EXE = str(Path(sys.executable).with_name("rlguard"))
 
@@ -133,12 +134,6 @@ def start(tmp: Path, state: Path, port: int) -> subprocess.Popen:
                              f"127.0.0.1:{port}", "--config", str(cfg), "--poll-interval", "0.5",
                              "--eval-interval", "0", "--slack-webhook-url-file", str(tmp / "hook")],
                             stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "a"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def mount_small(path: Path) -> bool:

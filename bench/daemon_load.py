@@ -23,13 +23,14 @@ import argparse
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
+
+from procstat import cpu_seconds, free_port, mem_mb
 
 KEYS = ["loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "beta", "entropy", "grad_norm",
         "learning_rate", "completions/mean_length", "completions/clipped_ratio", "clip_ratio/region_mean"]
@@ -39,24 +40,6 @@ def row(step: int, rng: random.Random) -> str:
     vals = [0.1 * rng.gauss(0, 1), 0.5 + 0.05 * rng.gauss(0, 1), 0.3, 0.5, 0.01, 0.04, 0.8,
             abs(1 + 0.2 * rng.gauss(0, 1)), 1e-6, 200 + rng.gauss(0, 5), 0.05, 0.01]
     return json.dumps({"step": step, **dict(zip(KEYS, vals))}) + "\n"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def start_daemon(tmp: Path, pattern: str, extra: list[str] = ()) -> tuple[subprocess.Popen, int]:
@@ -130,7 +113,7 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
     cpu = cpu_seconds(proc.pid) - c0
     wall = time.time() - t0
-    rss = rss_mb(proc.pid)
+    rss = mem_mb(proc.pid)
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
     proc.terminate()
     proc.wait(timeout=60)
@@ -151,7 +134,7 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
 def bare_tailer_cpu(writers: list, seconds: int, step: int, rng: random.Random) -> float:
     """CPU share of following the same runs at the same rate with nothing but json.loads."""
     seen: dict = {}
-    c0, t0 = time.process_time(), time.time()
+    t0 = time.time()
     spent = 0.0
     while time.time() - t0 < seconds:
         tick = time.time()

@@ -35,7 +35,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import struct
 import subprocess
 import sys
@@ -44,6 +43,8 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+
+from procstat import cpu_seconds, free_port, mem_mb
 
 LAYOUTS = ("jsonl", "trl", "tb", "hf_tb")
 #: settings for thousands of runs per daemon (README, "A fleet"): scan for new runs every 10 s,
@@ -135,22 +136,6 @@ def make_runs(root: Path, n: int, steps: int, rng: random.Random) -> list[Run]:
 
 
 # ---------------------------------------------------------------------- the daemons
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def mem_mb(pid: int, key: str = "VmRSS") -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def get(port: int, path: str, timeout: float = 60) -> str:

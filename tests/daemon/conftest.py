@@ -1,7 +1,30 @@
 from __future__ import annotations
 
+import sys
+import threading
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
 import pytest
 from daemon_helpers import DaemonProc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notify"))
+from notify_helpers import FakeSlack, Handler  # noqa: E402
+
+
+@pytest.fixture
+def slack():
+    """A local Slack: a real HTTP server that slack-sdk's real client talks to."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    fake = FakeSlack(server)
+    server.fake = fake
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    yield fake
+    server.shutdown()
+    server.server_close()
+
+
 
 
 @pytest.fixture

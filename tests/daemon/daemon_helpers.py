@@ -11,8 +11,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
-
 
 def free_port() -> int:
     with socket.socket() as s:

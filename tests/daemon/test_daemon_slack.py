@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import signal
 import sys
-import threading
 import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -15,19 +13,7 @@ from daemon_helpers import append, constant_reward, healthy
 
 pytest.importorskip("slack_sdk")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notify"))
-from notify_helpers import FakeSlack, Handler  # noqa: E402
-
-
-@pytest.fixture
-def slack():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    fake = FakeSlack(server)
-    server.fake = fake
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield fake
-    server.shutdown()
-    server.server_close()
+from notify_helpers import FakeSlack  # noqa: E402
 
 
 def texts(fake: FakeSlack) -> list[str]:

@@ -9,9 +9,7 @@ import re
 import signal
 import subprocess
 import sys
-import threading
 import time
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -19,21 +17,8 @@ from daemon_helpers import DaemonProc, append, healthy
 from fleet_helpers import FakeSlack, Writers, audit, expected, fleet_config, layout, script, shard
 
 pytest.importorskip("slack_sdk")
-from notify_helpers import Handler  # noqa: E402  (fleet_helpers put tests/notify on the path)
 
 from rlguard.daemon.shard import owner_of  # noqa: E402
-
-
-@pytest.fixture
-def slack():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    fake = FakeSlack(server)
-    server.fake = fake
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield fake
-    server.shutdown()
-    server.server_close()
 
 
 @pytest.fixture

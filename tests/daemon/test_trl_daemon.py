@@ -10,19 +10,13 @@ from __future__ import annotations
 
 import json
 import re
-import sys
-import threading
 import time
-from http.server import ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 pytest.importorskip("trl")
 pytest.importorskip("tensorboardX")
 pytest.importorskip("slack_sdk")
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notify"))
-from notify_helpers import FakeSlack, Handler  # noqa: E402
 
 QUIET_PACK = """apiVersion: rlguard/v1
 pack: quiet
@@ -36,18 +30,6 @@ rules:
     metrics: [never_logged_metric]
     detector: nonfinite
 """
-
-
-@pytest.fixture
-def slack():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    server.daemon_threads = True
-    fake = FakeSlack(server)
-    server.fake = fake
-    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
-    yield fake
-    server.shutdown()
-    server.server_close()
 
 
 def constant(prompts, completions, **_):

@@ -100,7 +100,6 @@ def test_stall_alert_fires_and_resolves(tmp_path):
 def test_stop_command_gets_fixed_argv_and_env_and_signal_reaches_the_pid(tmp_path):
     """The configured command runs without a shell; the alert is passed in RLGUARD_* env vars
     (a crafted reason cannot inject arguments); the signal goes to the PID in the run's pid file."""
-    import signal
     import subprocess
     import sys
     import time
