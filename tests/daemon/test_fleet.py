@@ -110,18 +110,27 @@ def test_bad_path_template_is_one_line_and_exit_2(tmp_path, bad, says):
 # ------------------------------------------------------------------------------------ kill -9
 
 
-def test_kill_9_of_one_shard_mid_run_loses_and_repeats_nothing(tmp_path, slack, procs):
+def _fleet(tmp_path, slack, procs, seed: int, faults: tuple[int, int], count: int, lease: int | None = None):
+    """Runs of 70 steps (3 per user, faults between the steps in ``faults``), ``count`` shards
+    started on them (a handoff ``lease`` in seconds other than the config's 6), and their
+    writers started: (root, runs, cfg, hook, shards, writers)."""
     root = tmp_path / "runs"
-    rng = random.Random(13)
-    runs = {d: script(rng, 70, (15, 55)) for d in layout(root, per_user=3)}
+    rng = random.Random(seed)
+    runs = {d: script(rng, 70, faults) for d in layout(root, per_user=3)}
     cfg = fleet_config(tmp_path, root)
+    if lease is not None:
+        cfg.write_text(cfg.read_text().replace("handoff_lease: 6", f"handoff_lease: {lease}"))
     hook = tmp_path / "hook"
     hook.write_text(slack.webhook_url + "\n")
-    shards = [shard(tmp_path, i, 3, cfg, hook, root) for i in range(3)]
+    shards = [shard(tmp_path, i, count, cfg, hook, root) for i in range(count)]
     procs.extend(shards)
     for s in shards:
         s.start()
-    writers = Writers(runs, rate=10).start(upto=70)
+    return root, runs, cfg, hook, shards, Writers(runs, rate=10).start(upto=70)
+
+
+def test_kill_9_of_one_shard_mid_run_loses_and_repeats_nothing(tmp_path, slack, procs):
+    root, runs, cfg, hook, shards, writers = _fleet(tmp_path, slack, procs, 13, (15, 55), 3)
     time.sleep(3.5)  # mid-run: faults firing, messages going out
     victim = shards[1]
     victim.stop(signal.SIGKILL)
@@ -144,17 +153,7 @@ def test_kill_9_of_one_shard_mid_run_loses_and_repeats_nothing(tmp_path, slack, 
 
 
 def test_resize_2_to_3_moves_only_the_runs_that_change_owner_with_their_state(tmp_path, slack, procs):
-    root = tmp_path / "runs"
-    rng = random.Random(7)
-    runs = {d: script(rng, 70, (10, 60)) for d in layout(root, per_user=3)}
-    cfg = fleet_config(tmp_path, root)
-    hook = tmp_path / "hook"
-    hook.write_text(slack.webhook_url + "\n")
-    old = [shard(tmp_path, i, 2, cfg, hook, root) for i in range(2)]
-    procs.extend(old)
-    for s in old:
-        s.start()
-    writers = Writers(runs, rate=10).start(upto=70)
+    root, runs, cfg, hook, old, writers = _fleet(tmp_path, slack, procs, 7, (10, 60), 2)
     time.sleep(3.5)
     # the StatefulSet rolls: the new pod 2 first, then pods 1 and 0 restarted with N=3
     new = {2: shard(tmp_path, 2, 3, cfg, hook, root)}
@@ -234,18 +233,7 @@ def test_a_shard_killed_during_the_resize_is_taken_over_after_its_lease(tmp_path
     """kill -9 of an old shard in the middle of a 2 -> 3 resize: it never releases its runs, so
     their new owners wait for its lease to run out (3 s here), then resume them from its last
     records. Nothing lost, nothing told twice."""
-    root = tmp_path / "runs"
-    rng = random.Random(11)
-    runs = {d: script(rng, 70, (10, 60)) for d in layout(root, per_user=3)}
-    cfg = fleet_config(tmp_path, root)
-    cfg.write_text(cfg.read_text().replace("handoff_lease: 6", "handoff_lease: 3"))
-    hook = tmp_path / "hook"
-    hook.write_text(slack.webhook_url + "\n")
-    old = [shard(tmp_path, i, 2, cfg, hook, root) for i in range(2)]
-    procs.extend(old)
-    for s in old:
-        s.start()
-    writers = Writers(runs, rate=10).start(upto=70)
+    root, runs, cfg, hook, old, writers = _fleet(tmp_path, slack, procs, 11, (10, 60), 2, lease=3)
     time.sleep(3.0)
     new = {2: shard(tmp_path, 2, 3, cfg, hook, root)}
     procs.append(new[2])
