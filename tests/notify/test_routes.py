@@ -121,3 +121,22 @@ def test_daemon_config_refuses_a_route_to_an_unknown_receiver(tmp_path):
     cfg.write_text("watch: [/tmp]\nslack:\n  routes:\n    - {matchers: ['team=~\"(\"'], receiver: default}\n")
     with pytest.raises(InputError, match="bad regex"):
         load_config(cfg, {})
+
+
+def test_a_channel_receiver_with_an_unreadable_token_file_is_a_clear_error(tmp_path, monkeypatch):
+    """The bot token a channel receiver posts with is read like every Slack secret: a missing
+    file is a SlackConfigError naming it (exit 2 from the CLI), not an OSError traceback."""
+    from rlguard.daemon.config import load_config
+    from rlguard.daemon.wiring import build_dispatcher
+    from rlguard.notify.slack import SlackConfigError
+
+    monkeypatch.delenv("RLGUARD_SLACK_TOKEN", raising=False)
+    monkeypatch.delenv("RLGUARD_SLACK_WEBHOOK_URL", raising=False)
+    missing = tmp_path / "no-such-token"
+    cfg = tmp_path / "d.yaml"
+    cfg.write_text(f"watch: [/tmp]\nstate_dir: {tmp_path / 's'}\nslack:\n  token_file: {missing}\n"
+                   "  receivers:\n    - {name: nlp, channel: '#nlp'}\n"
+                   "  routes:\n    - {matchers: ['team=\"nlp\"'], receiver: nlp}\n")
+    with pytest.raises(SlackConfigError, match="bot token file") as err:
+        build_dispatcher(load_config(cfg, {}))
+    assert str(missing) in str(err.value)

@@ -28,7 +28,7 @@ def build_dispatcher(cfg: DaemonConfig):
     from ..notify.dispatcher import Dispatcher
     from ..notify.outbox import Outbox
     from ..notify.router import Matcher, Route, Router, Routes
-    from ..notify.slack import SlackConfigError, SlackNotifier
+    from ..notify.slack import ENV_TOKEN, SlackConfigError, SlackNotifier, read_secret
 
     s = cfg.slack
     try:
@@ -44,8 +44,8 @@ def build_dispatcher(cfg: DaemonConfig):
         if r.webhook_url_file:
             receivers[r.name] = SlackNotifier.from_env_or_files(webhook_url_file=r.webhook_url_file)
         else:
-            token = (Path(s.token_file).read_text().strip() if s.token_file else
-                     os.environ.get("RLGUARD_SLACK_TOKEN", "").strip())
+            token = (read_secret(s.token_file, "bot token") if s.token_file else
+                     os.environ.get(ENV_TOKEN, "").strip())
             if not token:
                 raise SlackConfigError(f"Slack receiver {r.name!r} names a channel: it needs the bot token "
                                        "(slack.token_file or RLGUARD_SLACK_TOKEN)")

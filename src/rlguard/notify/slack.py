@@ -106,7 +106,9 @@ def _from_status(status: int, headers: Mapping[str, Any] | None, detail: object)
     return DeliveryResult(ok=False, permanent=True, error=error)
 
 
-def _read_secret(path: str | os.PathLike | None, what: str) -> str | None:
+def read_secret(path: str | os.PathLike | None, what: str) -> str | None:
+    """The stripped contents of a secret file (None without a path); an unreadable or empty file
+    is a :class:`SlackConfigError` naming the file, never its contents."""
     if path is None:
         return None
     try:
@@ -166,8 +168,8 @@ class SlackNotifier(Notifier):
         ``RLGUARD_SLACK_WEBHOOK_URL`` / ``RLGUARD_SLACK_TOKEN``. The channel comes from
         ``channel`` or ``RLGUARD_SLACK_CHANNEL``. ``options`` go to the constructor."""
         env = os.environ if environ is None else environ
-        url = webhook_url or _read_secret(webhook_url_file, "webhook URL")
-        tok = token or _read_secret(token_file, "bot token")
+        url = webhook_url or read_secret(webhook_url_file, "webhook URL")
+        tok = token or read_secret(token_file, "bot token")
         if not (url or tok):
             url = env.get(ENV_WEBHOOK_URL, "").strip() or None
             tok = env.get(ENV_TOKEN, "").strip() or None
