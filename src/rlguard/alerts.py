@@ -29,6 +29,10 @@ class Severity(str, Enum):
         return _SEVERITY_RANK[self]
 
 
+#: a run's labels besides ``run`` (from ``--cluster`` and a path template): on its alerts, its
+#: series on /metrics, and what Slack routes match on
+RUN_LABELS = ("cluster", "team", "user")
+
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 

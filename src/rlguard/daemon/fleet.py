@@ -31,7 +31,7 @@ import os
 from ..errors import InputError
 from ..sources.layout import Found, run_name
 from .handoff import HandoffStore
-from .labels import PathTemplate
+from .labels import FIELDS, PathTemplate
 from .shard import ShardSpec, shard_key, watch_roots
 
 log = logging.getLogger("rlguard.daemon")
@@ -111,7 +111,7 @@ class Fleet:
         """With a path template, a run's name is its team, user and run, joined by '/'
         (``nlp/alice/grpo-7``): the same on every shard, and unique when the template tells runs
         apart. None: the default name."""
-        if self.template is None or not any(k in labels for k in ("team", "user", "run")):
+        if self.template is None or not any(k in labels for k in FIELDS):
             return None
         run = labels.get("run") or os.fsencode(run_name(found.key)).decode("utf-8", "replace")
         return "/".join([*(labels[k] for k in ("team", "user") if k in labels), run])

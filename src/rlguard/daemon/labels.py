@@ -24,6 +24,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..sources.layout import file_stem
 
 FIELDS = ("team", "user", "run")
 MAX_VALUE = 128
@@ -78,7 +79,7 @@ class PathTemplate:
                 return None
             for name, value in m.groupdict().items():
                 if name == "run" and is_file and i == len(comps) - 1:
-                    value = _stem(value)
+                    value = file_stem(value)
                 out[name] = _clean(value)
         return out if all(out.values()) else None
 
@@ -100,11 +101,6 @@ def _compile(comp: str, seen: set[str], where: str) -> str:
         raise InputError(f"{where}: unbalanced brace in {comp!r}")
     out.append(re.escape(comp[pos:]))
     return "".join(out)
-
-
-def _stem(name: str) -> str:
-    base = name[:-3] if name.endswith(".gz") else name
-    return base.rsplit(".", 1)[0] if "." in base else base
 
 
 def _clean(value: str) -> str:

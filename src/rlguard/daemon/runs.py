@@ -9,7 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..alerts import Alert, Decision
+from ..alerts import RUN_LABELS, Alert, Decision
 from ..rulespec import RulePack
 from ..watchdog import Watchdog
 from ..stopfile import write_stop_request
@@ -18,7 +18,6 @@ from ..sources.layout import Found, follow_target, log_kind, run_name
 from .tail import FileTail
 
 STALL_RULE = "RLG-STALL"
-RUN_LABELS = ("cluster", "team", "user")  # labels of a run on /metrics, besides run
 STOPPED_RULE = "RLG-STOPPED"
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")

@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 
-from ..alerts import Action, Alert
+from ..alerts import RUN_LABELS, Action, Alert
 from ..errors import RLGuardError
 from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
@@ -111,7 +111,7 @@ class Daemon:
         """Labels on every alert of a run, for the person on call: its directory, this host, a
         link, and its cluster, team and user."""
         ctx = {"run_dir": os.fsencode(found.run_dir).decode("utf-8", "replace") if found.run_dir else "",
-               "host": self.host, **{k: v for k, v in labels.items() if k in ("cluster", "team", "user")}}
+               "host": self.host, **{k: v for k, v in labels.items() if k in RUN_LABELS}}
         if self.cfg.run_url_template:
             try:
                 ctx["url"] = self.cfg.run_url_template.format(run=name, run_dir=ctx["run_dir"], host=self.host,

@@ -188,11 +188,10 @@ class Dispatcher:
             delay = max(delay, min(retry_after, self.max_retry_after))
         return delay
 
-    def flush(self, now: float | None = None, upto: int | None = None) -> FlushCounts:
+    def flush(self, now: float | None = None) -> FlushCounts:
         """Emit what the router has due (group waits, reminders), then deliver due items."""
         now = self.clock() if now is None else now
-        counts = self.tick(now)
-        return self.deliver(now, upto, counts)
+        return self.deliver(now, None, self.tick(now))
 
     def tick(self, now: float | None = None) -> FlushCounts:
         """Queue what the router has due now (group waits, reminders); no network."""

@@ -34,7 +34,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from ..alerts import Alert, Severity
+from ..alerts import RUN_LABELS, Alert, Severity
 from ..errors import StateError
 from .message import Message, severity_rank
 
@@ -298,7 +298,7 @@ def message_labels(message: Message) -> dict[str, str]:
     """What routes match on: the run's labels (run, cluster, team, user) and the highest
     severity among the message's alerts."""
     first = message.alerts[0] if message.alerts else None
-    labels = {k: v for k, v in (first.labels if first else {}).items() if k in ("cluster", "team", "user")}
+    labels = {k: v for k, v in (first.labels if first else {}).items() if k in RUN_LABELS}
     labels["run"] = message.group_key
     if message.alerts:
         worst = max(message.alerts, key=lambda a: severity_rank(a.severity))

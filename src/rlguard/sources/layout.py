@@ -62,11 +62,16 @@ def run_name(path: str) -> str:
     out = hf_output_of(str(p))
     if out is not None:
         return Path(out).resolve().name
-    stem = p.name.removesuffix(".gz")
-    stem = stem.rsplit(".", 1)[0] if "." in stem else stem
+    stem = file_stem(p.name)
     if (stem in GENERIC or p.name.startswith(_TB)) and p.resolve().parent.name:
         return p.resolve().parent.name
     return stem
+
+
+def file_stem(name: str) -> str:
+    """A log file's name without ``.gz`` and its last suffix (``exp1.jsonl.gz`` -> ``exp1``)."""
+    base = name.removesuffix(".gz")
+    return base.rsplit(".", 1)[0] if "." in base else base
 
 
 def is_ours(path: str) -> bool:
