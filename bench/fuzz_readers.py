@@ -31,6 +31,9 @@ from rlguard.sources import open_reader
 from rlguard.vocab import Vocabulary
 from rlguard.watchdog import Watchdog
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from wandb_frames import frame  # noqa: E402  (the tests' W&B writer)
+
 VOCAB = Vocabulary()
 
 
@@ -82,35 +85,19 @@ def seeds() -> dict[str, bytes]:
 
 
 def _wandb_bytes(rows: list[dict]) -> bytes:
-    """A W&B transaction log of the rows: the file header, then one history record per row in
-    LevelDB-log framing (32 KiB blocks; a record split into FIRST/MIDDLE/LAST chunks where it
-    crosses a block), as ``wandb`` writes it. Needs the wandb extra for its protobuf classes."""
-    import struct
-    import zlib
-
-    from rlguard.sources.wandb_run import HEADER, record_class
+    """A W&B transaction log of the rows: one history record per row, framed as ``wandb`` writes
+    it (tests/wandb_frames.py). Needs the wandb extra for its protobuf classes."""
+    from rlguard.sources.wandb_run import record_class
 
     record = record_class("fuzz")
-    out = bytearray(HEADER)
+    records = []
     for r in rows:
         rec = record()
         for k, v in {**{k: v for k, v in r.items() if k != "step"}, "train/global_step": r["step"]}.items():
             item = rec.history.item.add()
             item.key, item.value_json = k, json.dumps(v)
-        data = rec.SerializeToString()
-        first = True
-        while True:
-            room = 32768 - len(out) % 32768 - 7
-            if room < 0:  # too little room for a chunk header: zero padding
-                out += bytes(32768 - len(out) % 32768)
-                continue
-            piece, data = data[:room], data[room:]
-            kind = (1 if not data else 2) if first else (4 if not data else 3)
-            out += struct.pack("<IHB", zlib.crc32(piece, zlib.crc32(bytes([kind]))), len(piece), kind) + piece
-            first = False
-            if not data:
-                break
-    return bytes(out)
+        records.append(rec.SerializeToString())
+    return frame(records)
 
 
 def _mlflow_bytes(rows: list[dict]) -> bytes:

@@ -11,7 +11,6 @@ import os
 import random
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from rlguard.cli import main
 from rlguard.errors import LogFormatError
 from rlguard.sources import detect_format, open_reader, read_log, resolve_log
 from rlguard.sources.base import LogRecord
+from wandb_frames import frame
 
 #: alerts the rows below must raise (the comparison with JSONL would pass on none)
 EXPECTED = {"RLG-REWARD-STD-ZERO", "RLG-KL-ZERO", "RLG-NONFINITE-LOSS"}
@@ -442,29 +442,6 @@ def test_tracker_formats_are_listed(capsys):
         main(["check", "--help"])
     text = capsys.readouterr().out
     assert "wandb" in text and "mlflow+<tracking-uri>/runs/<run_id>" in text
-
-
-def frame(records: list[bytes]) -> bytes:
-    """A transaction log as W&B writes it (LevelDB-log chunks in 32 KiB blocks)."""
-    import zlib
-
-    from rlguard.sources.wandb_run import HEADER
-
-    out = bytearray(HEADER)
-    for payload in records:
-        first = True
-        while True:
-            left = 32768 - len(out) % 32768
-            if left < 7:
-                out += bytes(left)
-                continue
-            part, payload = payload[: left - 7], payload[left - 7:]
-            kind = (1 if not payload else 2) if first else (4 if not payload else 3)
-            out += struct.pack("<IHB", zlib.crc32(part, zlib.crc32(bytes([kind]))), len(part), kind) + part
-            first = False
-            if not payload:
-                break
-    return bytes(out)
 
 
 def history(step: int, **values) -> bytes:
