@@ -96,6 +96,9 @@ class Alert:
     checkpoint_step: int | None = None  # for stop: the best step to keep
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)  # the rule's hint, runbook_url...
+    #: the incident this alert belongs to: {"id": int, "started": step of its earliest anomaly,
+    #: "cause": {"rule", "kind", "metric", "step", "value"}} (None outside any incident: info, resolved)
+    incident: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

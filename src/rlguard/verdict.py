@@ -10,7 +10,7 @@ once for every rank) and writes them with :class:`RunRecords`:
 the keys of an :class:`~rlguard.alerts.Alert`::
 
     {"run", "rule", "kind", "severity", "action", "step", "metric", "value", "message",
-     "status", "line", "checkpoint_step", "labels", "annotations"}
+     "status", "line", "checkpoint_step", "labels", "annotations", "incident"}
 
 (a new best evaluation: ``action`` "checkpoint", ``kind`` "new_best", ``rule`` "",
 ``severity`` "info", ``metric``/``value`` the evaluation metric and its value.)
@@ -36,7 +36,7 @@ from typing import Any, Iterable
 from .alerts import Action, Decision
 
 DECISION_KEYS = ("run", "rule", "kind", "severity", "action", "step", "metric", "value", "message", "status",
-                 "line", "checkpoint_step", "labels", "annotations")
+                 "line", "checkpoint_step", "labels", "annotations", "incident")
 STOP_KEYS = ("run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source")
 
 
@@ -106,7 +106,7 @@ def decision_record(d: Decision, run: str = "") -> dict[str, Any]:
     value = d.value if d.value is None or math.isfinite(d.value) else None  # JSON has no NaN
     return {"run": run, "rule": "", "kind": d.kind, "severity": "info", "action": d.action.value, "step": d.step,
             "metric": d.metric, "value": value, "message": d.reason, "status": "firing", "line": None,
-            "checkpoint_step": None, "labels": {}, "annotations": {}}
+            "checkpoint_step": None, "labels": {}, "annotations": {}, "incident": None}
 
 
 def stop_record(verdict: Verdict, run: str, source: str, checkpoint: str | None = None) -> dict[str, Any]:
