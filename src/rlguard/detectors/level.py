@@ -619,10 +619,29 @@ class StepDown(_Rolling):
         noise: Literal["mad", "std"] = Field("mad", description=(
             "the reference window's spread: 1.4826 MAD (robust to a stray record) or the standard "
             "deviation (counts a bimodal metric's other mode: one-group-per-step rewards 0 or 1)"))
+        history: int = Field(0, ge=0, description=(
+            "also judge the fall against the run's own past falls: the standard deviation of the "
+            "same statistic (level minus the median before it) over up to this many earlier "
+            "records, ending where the reference window starts (0: off). Slow wander (AR drift), "
+            "heavy tails and discrete tiny-group rewards make past falls large, so a fall that "
+            "the run has shown before by luck is not a step down"))
+        min_history: int = Field(30, ge=5, description="earlier statistics needed before `history` counts")
+
+    def _past_sigma(self, hist: np.ndarray, end: int) -> float:
+        """Standard deviation of (level - before) over the records ending before ``end``."""
+        p = self.p
+        span = p.window + p.ref_window
+        seg = hist[max(0, end - p.history - span + 1): end]
+        if len(seg) < span + p.min_history - 1:
+            return float("nan")
+        lv = rolling(seg, p.window, "median")[span - 1:]
+        before = rolling(seg, p.ref_window, "median")[p.ref_window - 1: len(seg) - p.window]
+        return float(np.std(lv - before))
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        hist, level, first = self._levels(chunk, p.window + p.ref_window - 1)
+        keep = p.window + p.ref_window - 1 + (p.history + p.window + p.ref_window if p.history else 0)
+        hist, level, first = self._levels(chunk, keep)
         n, off = len(level), len(hist) - len(level)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.full(n, np.nan)
@@ -641,6 +660,9 @@ class StepDown(_Rolling):
                 w = hist[e[i] - span: e[i] - p.window]
                 spread = float(np.std(w)) if p.noise == "std" else 1.4826 * float(np.median(np.abs(w - before[i])))
                 sigma = spread / np.sqrt(p.window)
+                if p.history:
+                    past = self._past_sigma(hist, e[i] - span)
+                    sigma = sigma if np.isnan(past) else max(sigma, past)
                 trig[i] = before[i] - lv[i] >= p.min_sigmas * max(sigma, chunk.quantum, 1e-12)
             verdict[ok] = trig
             stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
