@@ -210,3 +210,35 @@ def test_evidence_counts_steps_as_well_as_records():
     feed(sparse, [(s, {"kl": v}) for s, v in zip(range(50, 300, 50), [0.1, 0.3, 1.4, 1.8, 2.2])])
     first = {w.run: next(a.step for a in w.alerts if a.rule == "RLG-KL-HIGH") for w in (dense, sparse)}
     assert first == {"d": 5, "s": 200}
+
+
+def _nan_run():
+    nan = float("nan")
+    recs = []
+    for s in range(1, 41):
+        m = {"loss": 0.7 - 0.005 * s, "rewards/margins": 0.01 * s, "logps/chosen": -120.0 + 0.1 * s,
+             "rewards/term_std": nan}  # NaN by construction from its first record: never judged
+        if s in (13, 37):  # 24 records apart: past the rule's 20-record cooldown
+            m["rewards/margins"] = m["logps/chosen"] = nan
+        recs.append(LogRecord(s, m, s))
+    return recs
+
+
+def _keys(wd):
+    return [(a.rule, a.metric, a.step, a.status) for a in wd.alerts]
+
+
+def test_nan_in_any_metric_fires_once_finite_the_same_online_batch_and_restored(tmp_path):
+    batch = Watchdog(run="r")
+    batch.ingest(_nan_run())
+    fired = [(a.metric, a.step) for a in batch.alerts if a.rule == "RLG-NONFINITE-METRIC" and a.status == "firing"]
+    assert sorted(fired) == [("logps_chosen", 13), ("logps_chosen", 37), ("pref_margin", 13), ("pref_margin", 37)]
+    assert all(a.severity == "warning" and a.action == "alert" for a in batch.alerts if a.rule == "RLG-NONFINITE-METRIC")
+    online = Watchdog(run="r")
+    for i, rec in enumerate(_nan_run()):
+        if i == 20:  # save and restore half way: the wildcard's memory of finite metrics survives
+            online.save(tmp_path / "s.json")
+            online = Watchdog(run="r")
+            online.load(tmp_path / "s.json")
+        online.ingest([rec])
+    assert _keys(online) == _keys(batch)

@@ -75,7 +75,7 @@ def unknown_metrics(pack: RulePack, vocab: Vocabulary | None = None) -> list[str
     out = []
     for rule in pack.rules:
         for m in rule.metrics:
-            if m in known:
+            if m in known or m == "*":
                 continue
             close = difflib.get_close_matches(m, sorted(known), n=3, cutoff=0.6)
             hint = f"; did you mean {', '.join(close)}?" if close else ""

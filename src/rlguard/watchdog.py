@@ -26,6 +26,8 @@ from .sources.base import LogRecord
 from .vocab import Vocabulary
 
 STATE_VERSION = 1
+#: ``metrics: ["*"]``: a rule on every metric no other rule of its detector names
+ANY_METRIC = "*"
 
 
 @dataclass
@@ -82,7 +84,10 @@ class Watchdog:
         self.alerts: list[Alert] = []  # every firing and resolution, in order
         self.stop_decision: Decision | None = None
         self._prev: LogRecord | None = None
-        self._watched = {m for r in self.rules for m in r.metrics}
+        self._watched = {m for r in self.rules for m in r.metrics if m != ANY_METRIC}
+        # rules on ``metrics: ["*"]`` watch every metric that no other rule of theirs names
+        self._wild = {r.id: self._named_by_kind(r) for r in self.rules if ANY_METRIC in r.metrics}
+        self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._needed = _needed(self.rules)
         self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
@@ -114,8 +119,11 @@ class Watchdog:
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
         self._track_best(cols, pending)
         for name, col in cols.items():
-            if name in self._watched:
+            if name in self._watched or self._wild:
                 self._evaluate_metric(name, col, cols, pending, new_alerts)
+        if self._wild:
+            self._finite_seen.update(n for n, c in cols.items()
+                                     if n not in self._finite_seen and np.isfinite(c.values).any())
         new_alerts.sort(key=lambda t: (t[0], t[1]))  # arrival order, as a live run sees them
         self.alerts.extend(a for _, _, a in new_alerts)
         for name in self._needed.intersection(cols):
@@ -131,11 +139,13 @@ class Watchdog:
     def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list,
                          new_alerts: list) -> None:
         for rule in self.rules:
-            if name not in rule.metrics:
+            if name not in rule.metrics and not self._wild_applies(rule, name, col):
                 continue
             inst = self.instances.get(f"{rule.id}|{name}")
             if inst is None:
                 inst = self.instances[f"{rule.id}|{name}"] = RuleInstance(rule, name)
+                if rule.id in self._wild and hasattr(inst.detector, "seen_finite"):
+                    inst.detector.seen_finite = name in self._finite_seen  # built late: told the past
             companion = self._companion(rule, col, cols)
             if rule.guards and all(g.spike_z is not None for g in rule.guards):
                 # coincidence guards are consulted only where the rule's own detector triggered
@@ -152,6 +162,19 @@ class Watchdog:
                 if ev.firing:
                     d = Decision(Action(alert.action), alert.step, alert.message, alert, rule.kind)
                     pending.append((int(col.seq[ev.index]), 1 + self._rule_order[rule.id], d))
+
+    def _named_by_kind(self, wild: Rule) -> set[str]:
+        """The metrics other rules of a wildcard rule's detector already watch by name."""
+        return {m for r in self.rules if r is not wild and r.detector == wild.detector for m in r.metrics}
+
+    def _wild_applies(self, rule: Rule, name: str, col: Column) -> bool:
+        """A wildcard rule judges a metric no rule of its detector names, and only once the
+        metric gave it something to say (a stateless point detector such as ``nonfinite``):
+        a run with 200 healthy metrics costs nothing, and a firing instance still resolves."""
+        named = self._wild.get(rule.id)
+        if named is None or name in named:
+            return False
+        return f"{rule.id}|{name}" in self.instances or not bool(np.isfinite(col.values).all())
 
     def _unchecked(self, rule: Rule, col: Column, cols: dict[str, Column]):
         """For each ``if_missing: degrade`` guard: (metric, where it had not been logged yet)."""
@@ -252,7 +275,8 @@ class Watchdog:
         names as logged), so a user sees a rule on a metric that never came."""
         active = {key.partition("|")[0] for key in self.instances}
         seen = set(self._latest)
-        idle = [r.id for r in self.rules if r.id not in active and not seen.intersection(r.metrics)]
+        idle = [r.id for r in self.rules
+                if r.id not in active and r.id not in self._wild and not seen.intersection(r.metrics)]
         return {"rules": len(self.rules), "idle": idle, "metrics": sorted(seen),
                 "raw": sorted(set(self.naming.source.values()))}
 
@@ -291,6 +315,7 @@ class Watchdog:
             "alerts": [a.to_dict() for a in self.alerts[-1000:]],
             "stop": None if self.stop_decision is None else self.stop_decision.to_dict(),
             "prev": None if self._prev is None else [self._prev.step, self._prev.metrics],
+            "finite_seen": sorted(self._finite_seen),
         }
 
     def load_state_dict(self, s: Mapping[str, Any]) -> None:
@@ -320,6 +345,7 @@ class Watchdog:
                 self.stop_decision = Decision(Action(st["action"]), st["step"], st["reason"],
                                               Alert.from_dict(st["alert"]) if st.get("alert") else None,
                                               st.get("kind", ""))
+            self._finite_seen = set(s.get("finite_seen", []))
             if s.get("prev"):
                 self._prev = LogRecord(int(s["prev"][0]), dict(s["prev"][1]), 0)
         except (KeyError, TypeError, ValueError) as exc:

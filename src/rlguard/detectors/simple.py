@@ -17,11 +17,29 @@ class NonFinite(Detector):
     wants_nonfinite = True
 
     class Params(Params):
-        pass
+        after_finite: bool = Field(False, description=(
+            "judge only a metric that has been finite before: one that is NaN from its first "
+            "record is NaN by construction (the std of one sample), not corrupted by an update"))
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.seen_finite = False
 
     def scan(self, chunk: Chunk) -> Scan:
-        bad = ~np.isfinite(chunk.values)
-        return Scan(bad.astype(np.int8), chunk.values, np.zeros(len(bad)))
+        finite = np.isfinite(chunk.values)
+        bad = ~finite
+        if not self.p.after_finite:
+            return Scan(bad.astype(np.int8), chunk.values, np.zeros(len(bad)))
+        before = np.concatenate([[self.seen_finite], np.logical_or.accumulate(finite)[:-1] | self.seen_finite])
+        verdict = np.where(bad & before, TRIGGERED, np.where(bad, UNKNOWN, FINE)).astype(np.int8)
+        self.seen_finite = self.seen_finite or bool(finite.any())
+        return Scan(verdict, chunk.values, np.zeros(len(bad)))
+
+    def state_dict(self):
+        return {"seen_finite": self.seen_finite} if self.p.after_finite else {}
+
+    def load_state_dict(self, s):
+        self.seen_finite = bool(s.get("seen_finite", False))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return f"{metric} is {value} (not a finite number): the update that produced it is corrupt"
