@@ -7,6 +7,10 @@
   that logs one GRPO group per step ties by chance 20-40% of the time and needs 6-9 tied
   records in a row; a run whose groups never tied needs 3. The streak in progress does not
   count toward ``p``.
+- ``share``: the share of the run's first records that met a condition (reward spread
+  exactly 0) is at least ``min_share`` once ``min_records`` were judged: a fault present from
+  the first step, which a streak rule cannot see because the run's own rate *is* the fault.
+  Judged over the first ``max_records`` records only.
 - ``null_mean``: a signed estimate (verl/MiniMind-style mean log-ratio KL, ``k1``) whose mean
   over the last ``window`` samples is not distinguishable from zero (``|mean| <= t`` standard
   errors) while a good share of samples is negative. The true KL is never negative, so an
@@ -80,6 +84,54 @@ class Streak(Detector):
 
     def load_state_dict(self, s):
         self.k, self.hits, self.n = int(s.get("k", 0)), int(s.get("hits", 0)), int(s.get("n", 0))
+
+
+@register
+class Share(Detector):
+    name = "share"
+
+    class Params(Params):
+        above: float | None = None
+        below: float | None = None
+        min_share: float = Field(gt=0, le=1, description="fires when this share of records met the condition")
+        min_records: int = Field(20, ge=2, description="records judged before the share counts")
+        max_records: int = Field(200, ge=2, description="judged over the run's first N records only")
+
+        @model_validator(mode="after")
+        def _one_bound(self):
+            if (self.above is None) == (self.below is None):
+                raise ValueError("give exactly one of above, below")
+            return self
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.hits = 0
+        self.n = 0
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hit = compare(chunk.values, chunk.quantum, p.above, p.below)
+        judged = hit != UNKNOWN
+        n = self.n + np.cumsum(judged)
+        hits = self.hits + np.cumsum(hit == 1)
+        share = np.divide(hits, n, out=np.zeros(len(hit)), where=n > 0)
+        ok = judged & (n >= p.min_records) & (n <= p.max_records)
+        verdict = np.where(ok, (share >= p.min_share).astype(np.int8), UNKNOWN).astype(np.int8)
+        if len(hit):
+            self.n, self.hits = int(n[-1]), int(hits[-1])
+        return Scan(verdict, share, n.astype(float))
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        p = self.p
+        cond = f"above {fmt(p.above)}" if p.above is not None else f"below {fmt(p.below)}"
+        return (f"{metric} = {fmt(value)}: {stat * 100:.0f}% of the run's first {int(ref)} records were {cond} "
+                f"(a run that never had it otherwise)")
+
+    def state_dict(self):
+        return {"hits": self.hits, "n": self.n}
+
+    def load_state_dict(self, s):
+        self.hits, self.n = int(s.get("hits", 0)), int(s.get("n", 0))
 
 
 @register
