@@ -242,3 +242,19 @@ def test_nan_in_any_metric_fires_once_finite_the_same_online_batch_and_restored(
             online.load(tmp_path / "s.json")
         online.ingest([rec])
     assert _keys(online) == _keys(batch)
+
+
+@pytest.mark.parametrize("key", ["beta_dpo/beta_used", "beta_used", "train/beta", "policy/kl_coef", "algo/kl_coeff"])
+def test_an_adaptive_coefficient_under_another_name_is_watched_as_beta(key):
+    """beta-DPO logs beta_dpo/beta_used: 0.156 -> 0.001 (its floor) at step 2, then swings to 75."""
+    wd = Watchdog(run="r")
+    values = [0.156, 0.001, 0.001, 75.0, 0.5]
+    wd.ingest([LogRecord(s, {"loss": 0.69, key: v}, s) for s, v in enumerate(values, 1)])
+    fired = [(a.rule, a.step) for a in wd.alerts if a.status == "firing" and a.kind == "beta_collapse"]
+    assert ("RLG-BETA-COLLAPSE", 2) in fired
+
+
+def test_adam_betas_are_not_a_kl_coefficient():
+    wd = Watchdog(run="r")
+    wd.ingest([LogRecord(s, {"loss": 0.69, "optimizer/adam_beta2": 0.999 if s < 5 else 0.0}, s) for s in range(1, 10)])
+    assert not [a for a in wd.alerts if a.kind == "beta_collapse"]
