@@ -626,38 +626,44 @@ class StepDown(_Rolling):
             "heavy tails and discrete tiny-group rewards make past falls large, so a fall that "
             "the run has shown before by luck is not a step down"))
         min_history: int = Field(30, ge=5, description="earlier statistics needed before `history` counts")
+        gap: int = Field(0, ge=0, description=(
+            "samples between the reference window and the level's: with `for: k`, a gap of k-1 keeps "
+            "the first records of the fall out of the reference of the later ones (their spread "
+            "would otherwise hide the fall they are part of)"))
 
     def _past_sigma(self, hist: np.ndarray, end: int) -> float:
         """Standard deviation of (level - before) over the records ending before ``end``."""
         p = self.p
-        span = p.window + p.ref_window
+        back = p.window + p.gap
+        span = back + p.ref_window
         seg = hist[max(0, end - p.history - span + 1): end]
         if len(seg) < span + p.min_history - 1:
             return float("nan")
         lv = rolling(seg, p.window, "median")[span - 1:]
-        before = rolling(seg, p.ref_window, "median")[p.ref_window - 1: len(seg) - p.window]
+        before = rolling(seg, p.ref_window, "median")[p.ref_window - 1: len(seg) - back]
         return float(np.std(lv - before))
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        keep = p.window + p.ref_window - 1 + (p.history + p.window + p.ref_window if p.history else 0)
+        keep = p.window + p.gap + p.ref_window - 1 + (p.history + p.window + p.gap + p.ref_window if p.history else 0)
         hist, level, first = self._levels(chunk, keep)
         n, off = len(level), len(hist) - len(level)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.full(n, np.nan)
-        span = p.window + p.ref_window
+        back = p.window + p.gap  # the reference ends this many samples back
+        span = back + p.ref_window
         end = off + np.arange(n) + 1  # the samples up to and including this one: hist[:end]
         ok = end >= span
         if ok.any():
             e = end[ok]
             # the reference window ends where the level's window starts: a rolling median of
-            # the history, read ``window`` samples back (the upper median, as everywhere)
-            med = rolling(hist[: e[-1] - p.window], p.ref_window, "median")
-            before = med[e - p.window - 1]
+            # the history, read ``window + gap`` samples back (the upper median, as everywhere)
+            med = rolling(hist[: e[-1] - back], p.ref_window, "median")
+            before = med[e - back - 1]
             lv = level[ok]
             trig = (before > 0) & (lv <= p.max_ratio * before)
             for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
-                w = hist[e[i] - span: e[i] - p.window]
+                w = hist[e[i] - span: e[i] - back]
                 spread = float(np.std(w)) if p.noise == "std" else 1.4826 * float(np.median(np.abs(w - before[i])))
                 sigma = spread / np.sqrt(p.window)
                 if p.history:
