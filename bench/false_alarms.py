@@ -1,6 +1,6 @@
 """False alarms of the default rule pack on simulated healthy runs (issue 20's budget).
 
-    python bench/false_alarms.py                      # 12 runs per cell: 1,008 runs, ~1 min
+    python bench/false_alarms.py                      # 24 runs per cell: 2,016 runs, ~2 min
     python bench/false_alarms.py --runs 100 -j 2 --json fa.json
     python bench/false_alarms.py --family grpo --noise t3 --rule RLG-REWARD-STEP-DOWN
 
@@ -63,7 +63,7 @@ def table(t: Tally, fams, noises, intervals, only: set | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=12, help="healthy runs per cell (default 12)")
+    ap.add_argument("--runs", type=int, default=24, help="healthy runs per cell (default 24)")
     ap.add_argument("--seed", type=int, default=0, help="base seed (default 0)")
     ap.add_argument("--steps", type=int, default=1000, help="training steps per run (default 1000)")
     ap.add_argument("--records", help="comma-separated record counts cycled over the runs of a "

@@ -117,7 +117,7 @@ def saturating(n: int, start: float, end: float, tau: float) -> np.ndarray:
 
 
 def lr_schedule(rng: np.random.Generator, n: int, noise: Noise, kind: str | None = None) -> np.ndarray:
-    peak = float(10 ** rng.uniform(-6.5, -4.3))
+    peak = log_uniform(rng, 3e-7, 5e-5)
     w = int(0.05 * n) if noise.model == "warmup" else int(n * rng.choice([0.0, 0.01, 0.03]))
     t = np.arange(1, n + 1)
     warm = np.minimum(1.0, t / max(w, 1)) if w else np.ones(n)
@@ -139,7 +139,7 @@ def pos(level: np.ndarray, rel: float, e: np.ndarray) -> np.ndarray:
 
 
 def grad_norm(rng: np.random.Generator, n: int, noise: Noise, lo: float, hi: float) -> np.ndarray:
-    g0 = float(10 ** rng.uniform(math.log10(lo), math.log10(hi)))
+    g0 = log_uniform(rng, lo, hi)
     sigma = float(rng.uniform(0.2, 0.45))
     early = 1.0 + 4.0 * np.clip(1.0 - np.arange(n) / max(1, 0.05 * n), 0, 1) \
         if noise.model == "warmup" else 1.0
@@ -172,10 +172,19 @@ def group_rewards(rng, level, noise: Noise, B: int, G: int, binary: bool, kappa:
 
 
 def kl_curve(rng, n, noise: Noise, final_lo: float, final_hi: float) -> np.ndarray:
-    final = float(10 ** rng.uniform(math.log10(final_lo), math.log10(final_hi)))
+    final = log_uniform(rng, final_lo, final_hi)
     kl = pos(saturating(n, 0.0, final, n * rng.uniform(0.1, 0.4)), 0.3, noise.draw())
     kl[0] = 0.0  # policy == reference at the first step
     return kl
+
+
+def log_uniform(rng: np.random.Generator, lo: float, hi: float) -> float:
+    return float(10 ** rng.uniform(math.log10(lo), math.log10(hi)))
+
+
+def entropy_start(rng: np.random.Generator) -> float:
+    """0.05-1.2 nats per token: a healthy verl run on a 7B model sits at 0.02-0.04."""
+    return log_uniform(rng, 0.05, 1.2)
 
 
 def decline(rng, n, start: float, max_frac: float = 0.3) -> np.ndarray:
@@ -207,10 +216,12 @@ def grpo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
     m = {}
     m["reward"], m["reward_std"], m["frac_reward_zero_std"] = group_rewards(
         rng, tiny_level(level) if tiny else level, noise, B, G, binary, 4.0 if tiny else 2.0)
+    scale = float(rng.choice([1.0, 1.0, 1.0, 2.0, 5.0]))  # a sum of reward functions
+    m["reward"], m["reward_std"] = m["reward"] * scale, m["reward_std"] * scale
     beta = float(rng.choice([0.0, 0.04, 0.04, 0.1]))
     if beta:
         m["kl"] = kl_curve(rng, n, noise, 0.01, 0.3)
-    m["entropy"] = pos(decline(rng, n, rng.uniform(0.3, 1.2)), 0.04, noise.draw())
+    m["entropy"] = pos(decline(rng, n, entropy_start(rng)), 0.04, noise.draw())
     pg = rng.uniform(0.005, 0.04) * noise.draw() * noise.spike_factor()
     m["loss"] = pg + beta * m.get("kl", 0.0)
     m["grad_norm"] = grad_norm(rng, n, noise, 0.05, 1.0)
@@ -231,10 +242,10 @@ def ppo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
     m = {}
     m["critic/score/mean"], _, _ = group_rewards(  # G 1: PPO with a critic, one response a prompt
         rng, tiny_level(level) if tiny else level, noise, B, max(G, 2), True, 4.0 if tiny else 2.0)
-    m["actor/entropy"] = pos(decline(rng, n, rng.uniform(0.3, 1.2)), 0.04, noise.draw())
+    m["actor/entropy"] = pos(decline(rng, n, entropy_start(rng)), 0.04, noise.draw())
     m["actor/ppo_kl"] = 1e-4 * noise.draw()
-    m["actor/pg_loss"] = rng.uniform(0.002, 0.01) * noise.draw() * noise.spike_factor()
-    m["actor/grad_norm"] = grad_norm(rng, n, noise, 0.05, 0.6)
+    m["actor/pg_loss"] = log_uniform(rng, 0.002, 0.2) * noise.draw() * noise.spike_factor()
+    m["actor/grad_norm"] = grad_norm(rng, n, noise, 0.05, 3.0)
     m["actor/lr"] = lr_schedule(rng, n, noise, kind="constant")
     m["critic/kl"] = kl_curve(rng, n, noise, 0.005, 0.2)
     m["critic/kl_coeff"] = np.full(n, float(rng.choice([0.001, 0.01, 0.05])))
