@@ -17,10 +17,10 @@
 
 Noise models (applied to the per-step signal before logging): ``gauss``, ``t3`` (Student-t,
 3 dof, clipped at 12 scale units; no multiplicative deviation beyond 7.4x), ``tiny_group`` (GRPO/PPO: G = 2-4 generations of 1-4
-prompts (3-4 at G = 2), bimodal rewards; DPO/SFT: 1-4 samples a step, skewed), ``ar1`` (a slow drift,
+prompts (3-4 at G = 2), bimodal rewards; DPO: 2-6 pairs a step; SFT: 1-4 samples a step, skewed), ``ar1`` (a slow drift,
 phi 0.99 per step, on top of Gaussian noise: 2 noise units of wander on the reward level,
 1 elsewhere), ``outliers`` (1% isolated single-step spikes of
-3-6x on grad_norm, and on the loss), ``learning_curve`` (a large early rise, then a plateau),
+3-6x the run's grad norm, with a loss bump on the same step), ``learning_curve`` (a large early rise, then a plateau),
 ``warmup`` (lr from 0 over the first 5% of steps, metrics unsettled meanwhile).
 
 Logging every ``interval`` steps the way transformers' Trainer does: metrics it accumulates
@@ -90,6 +90,13 @@ class Noise:
             e = 0.5 * e + slow * ar1(rng, n)
         return e * self.unsettled
 
+    def spiked(self, values: np.ndarray, level: float) -> np.ndarray:
+        """``values`` with the outlier steps set to 3-6x ``level`` (a grad-norm spike is a
+        few times the run's usual norm, whatever the noise did on that step)."""
+        out = values.copy()
+        out[self.spikes] = level * self.rng.uniform(3.0, 6.0, int(self.spikes.sum()))
+        return out
+
     def spike_factor(self, lo: float = 3.0, hi: float = 6.0) -> np.ndarray:
         f = np.ones(self.n)
         f[self.spikes] = self.rng.uniform(lo, hi, int(self.spikes.sum()))
@@ -143,7 +150,7 @@ def grad_norm(rng: np.random.Generator, n: int, noise: Noise, lo: float, hi: flo
     sigma = float(rng.uniform(0.2, 0.45))
     early = 1.0 + 4.0 * np.clip(1.0 - np.arange(n) / max(1, 0.05 * n), 0, 1) \
         if noise.model == "warmup" else 1.0
-    return pos(np.full(n, g0), sigma, noise.draw()) * early * noise.spike_factor()
+    return noise.spiked(pos(np.full(n, g0), sigma, noise.draw()) * early, g0)
 
 
 def reward_level(rng: np.random.Generator, n: int, noise: Noise) -> np.ndarray:
@@ -255,7 +262,8 @@ def ppo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
 
 
 def dpo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
-    b = int(rng.integers(1, 5)) if noise.model == "tiny_group" else int(rng.choice([8, 16, 32, 64]))
+    # tiny: 2-6 pairs a logged step (a real per-step DPO log with batch 6 swings 0.001-1.0)
+    b = int(rng.integers(2, 7)) if noise.model == "tiny_group" else int(rng.choice([8, 16, 32, 64]))
     top = rng.uniform(3, 8) if noise.model == "learning_curve" else rng.uniform(0.4, 3.0)
     mu = saturating(n, 0.0, top, n * rng.uniform(0.05, 0.4))
     mu[0] = 0.0
