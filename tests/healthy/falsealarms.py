@@ -11,7 +11,7 @@ until rules carry it, :data:`DEFAULT_RULE_BUDGET` applies to every warning/criti
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
 
 from rlguard.rulespec import RulePack, load_packs
@@ -41,6 +41,7 @@ class Hit:
     metric: str
     value: float | None
     message: str
+    firings: int = 1  # times the rule fired in the run (a rate counts the run once)
 
     def line(self) -> str:
         v = "None" if self.value is None else f"{self.value:.4g}"
@@ -64,11 +65,13 @@ def measure(spec: RunSpec, packs: list[RulePack] | None = None) -> list[Hit]:
     wd = Watchdog(packs=packs if packs is not None else load_packs())
     wd.ingest(simulate(spec))
     seen: dict[str, Hit] = {}
+    count: dict[str, int] = defaultdict(int)
     for a in wd.alerts:
-        if a.status == "firing" and a.severity in SEVERE and a.rule not in seen:
-            seen[a.rule] = Hit(a.rule, a.severity, spec.family, spec.noise, spec.interval, spec.seed,
-                               spec.steps, a.step, a.metric, a.value, a.message)
-    return list(seen.values())
+        if a.status == "firing" and a.severity in SEVERE:
+            count[a.rule] += 1
+            seen.setdefault(a.rule, Hit(a.rule, a.severity, spec.family, spec.noise, spec.interval,
+                                        spec.seed, spec.steps, a.step, a.metric, a.value, a.message))
+    return [replace(h, firings=count[r]) for r, h in seen.items()]
 
 
 def budget_of(rule) -> float:

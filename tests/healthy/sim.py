@@ -15,13 +15,19 @@
 - ``sft``: a loss that falls then plateaus (a small drop at each epoch), ``eval_loss`` every
   evaluation, falling then flat.
 
-Noise models (applied to the per-step signal before logging): ``gauss``, ``t3`` (Student-t,
-3 dof, clipped at 12 scale units; no multiplicative deviation beyond 7.4x), ``tiny_group`` (GRPO/PPO: G = 2-4 generations of 1-4
-prompts (3-4 at G = 2), bimodal rewards; DPO: 2-6 pairs a step; SFT: 1-4 samples a step, skewed), ``ar1`` (a slow drift,
-phi 0.99 per step, on top of Gaussian noise: 2 noise units of wander on the reward level,
-1 elsewhere), ``outliers`` (1% isolated single-step spikes of
-3-6x the run's grad norm, with a loss bump on the same step), ``learning_curve`` (a large early rise, then a plateau),
-``warmup`` (lr from 0 over the first 5% of steps, metrics unsettled meanwhile).
+Noise models (applied to the per-step signal before logging):
+
+- ``gauss``: Gaussian.
+- ``t3``: Student-t with 3 dof, clipped at 12 scale units (no multiplicative deviation
+  beyond 7.4x).
+- ``tiny_group``: GRPO/PPO groups of G = 2-4 generations for 2-4 prompts (3-4 at G = 2),
+  bimodal rewards, frequent zero-std groups; DPO 2-6 pairs a step; SFT 1-4 samples a step.
+- ``ar1``: a slow drift (phi 0.99 per step) on top of Gaussian noise: 2 noise units of
+  wander on the reward level, 1 elsewhere.
+- ``outliers``: 1% isolated single-step grad-norm spikes of 3-6x the run's norm, with a loss
+  bump on the same step.
+- ``learning_curve``: a large early rise of the reward (fall of the loss), then a plateau.
+- ``warmup``: lr from 0 over the first 5% of steps, metrics unsettled meanwhile.
 
 Logging every ``interval`` steps the way transformers' Trainer does: metrics it accumulates
 are the mean over the window, ``grad_norm`` and the learning rate are the value at the logged
@@ -164,13 +170,22 @@ def reward_level(rng: np.random.Generator, n: int, noise: Noise) -> np.ndarray:
 def group_rewards(rng, level, noise: Noise, B: int, G: int, binary: bool, kappa: float = 2.0):
     """Per-step (mean, mean within-group std, frac of zero-std groups) of B groups of G;
     prompts' success rates are Beta(level x kappa, (1 - level) x kappa): U-shaped at kappa 2,
-    as real prompt sets are (many prompts always or never solved)."""
+    as real prompt sets are (many prompts always or never solved). Drawn in chunks of ~1M
+    samples, so a 250,000-step run of 256 prompts fits in memory."""
     n = len(level)
-    p = np.clip(level + 0.03 * noise.draw(slow=2.0), 0.001, 0.999)[:, None]
+    p = np.clip(level + 0.03 * noise.draw(slow=2.0), 0.001, 0.999)
+    out = np.empty((3, n))
+    chunk = max(1, 1_000_000 // (B * G))
+    for lo in range(0, n, chunk):
+        out[:, lo:lo + chunk] = _groups(rng, p[lo:lo + chunk, None], B, G, binary, kappa)
+    return out[0], out[1], out[2]
+
+
+def _groups(rng, p, B: int, G: int, binary: bool, kappa: float):
+    n = len(p)
     pp = rng.beta(p * kappa, (1 - p) * kappa, (n, B))  # per-prompt success rate
     if binary:
-        k = rng.binomial(G, pp)
-        q = k / G
+        q = rng.binomial(G, pp) / G
         std = np.sqrt(q * (1 - q) * G / (G - 1))  # torch.std: Bessel-corrected
         return q.mean(1), std.mean(1), (std == 0).mean(1)
     r = np.clip(pp[..., None] + 0.15 * rng.standard_normal((n, B, G)), 0, 1)
@@ -247,8 +262,13 @@ def ppo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
     B = int(rng.integers(3 if G == 2 else 2, 5)) if tiny else int(rng.choice([64, 128, 256]))
     level = reward_level(rng, n, noise)
     m = {}
-    m["critic/score/mean"], _, _ = group_rewards(  # G 1: PPO with a critic, one response a prompt
-        rng, tiny_level(level) if tiny else level, noise, B, max(G, 2), True, 4.0 if tiny else 2.0)
+    if tiny:
+        m["critic/score/mean"], _, _ = group_rewards(rng, tiny_level(level), noise, B, max(G, 2),
+                                                     True, 4.0)
+    else:  # 64-256 prompts: the batch mean is normal, with the same two variance terms
+        p, kappa = np.clip(level + 0.03 * noise.draw(slow=2.0), 0.001, 0.999), 2.0
+        var = p * (1 - p) / (kappa + 1) / B + p * (1 - p) * kappa / (kappa + 1) / (B * G)
+        m["critic/score/mean"] = np.clip(p + np.sqrt(var) * rng.standard_normal(n), 0, 1)
     m["actor/entropy"] = pos(decline(rng, n, entropy_start(rng)), 0.04, noise.draw())
     m["actor/ppo_kl"] = 1e-4 * noise.draw()
     m["actor/pg_loss"] = log_uniform(rng, 0.002, 0.2) * noise.draw() * noise.spike_factor()
