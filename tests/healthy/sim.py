@@ -124,6 +124,12 @@ def ar1(rng: np.random.Generator, n: int, phi: float = 0.99) -> np.ndarray:
     return out
 
 
+def time_const(rng: np.random.Generator, n: int, lo: float, hi: float, cap: float) -> float:
+    """A learning time constant: a fraction lo-hi of the run, but at most ~``cap`` steps (a
+    250,000-step run does not learn 250x slower than a 1,000-step one)."""
+    return min(n * rng.uniform(lo, hi), cap * rng.uniform(0.5, 1.0))
+
+
 def saturating(n: int, start: float, end: float, tau: float) -> np.ndarray:
     t = np.arange(1, n + 1)
     return end + (start - end) * np.exp(-t / max(tau, 1.0))
@@ -161,9 +167,11 @@ def grad_norm(rng: np.random.Generator, n: int, noise: Noise, lo: float, hi: flo
 
 def reward_level(rng: np.random.Generator, n: int, noise: Noise) -> np.ndarray:
     if noise.model == "learning_curve":
-        r0, rise, tau = rng.uniform(0.03, 0.15), rng.uniform(0.4, 0.7), n * rng.uniform(0.05, 0.2)
+        r0, rise = rng.uniform(0.03, 0.15), rng.uniform(0.4, 0.7)
+        tau = time_const(rng, n, 0.05, 0.2, 1000)
     else:
-        r0, rise, tau = rng.uniform(0.1, 0.5), rng.uniform(0.0, 0.3), n * rng.uniform(0.1, 0.5)
+        r0, rise = rng.uniform(0.1, 0.5), rng.uniform(0.0, 0.3)
+        tau = time_const(rng, n, 0.1, 0.5, 2000)
     return saturating(n, r0, min(0.95, r0 + rise), tau)
 
 
@@ -195,7 +203,7 @@ def _groups(rng, p, B: int, G: int, binary: bool, kappa: float):
 
 def kl_curve(rng, n, noise: Noise, final_lo: float, final_hi: float) -> np.ndarray:
     final = log_uniform(rng, final_lo, final_hi)
-    kl = pos(saturating(n, 0.0, final, n * rng.uniform(0.1, 0.4)), 0.3, noise.draw())
+    kl = pos(saturating(n, 0.0, final, time_const(rng, n, 0.1, 0.4, 2000)), 0.3, noise.draw())
     kl[0] = 0.0  # policy == reference at the first step
     return kl
 
@@ -210,7 +218,8 @@ def entropy_start(rng: np.random.Generator) -> float:
 
 
 def decline(rng, n, start: float, max_frac: float = 0.3) -> np.ndarray:
-    return saturating(n, start, start * (1 - rng.uniform(0, max_frac)), n * rng.uniform(0.2, 0.6))
+    end = start * (1 - rng.uniform(0, max_frac))
+    return saturating(n, start, end, time_const(rng, n, 0.2, 0.6, 5000))
 
 
 def length_series(rng, n, noise: Noise, lo: float, hi: float, batch: int):
@@ -285,7 +294,7 @@ def dpo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
     # tiny: 2-6 pairs a logged step (a real per-step DPO log with batch 6 swings 0.001-1.0)
     b = int(rng.integers(2, 7)) if noise.model == "tiny_group" else int(rng.choice([8, 16, 32, 64]))
     top = rng.uniform(3, 8) if noise.model == "learning_curve" else rng.uniform(0.4, 3.0)
-    mu = saturating(n, 0.0, top, n * rng.uniform(0.05, 0.4))
+    mu = saturating(n, 0.0, top, time_const(rng, n, 0.05, 0.4, 300))  # leaves ln 2 in ~100 steps
     mu[0] = 0.0
     mu = mu * np.exp(0.05 * noise.draw())
     spread = 0.05 + 0.8 * mu
@@ -298,7 +307,8 @@ def dpo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
     m["rewards/chosen"], m["rewards/rejected"] = chosen, chosen - m["rewards/margins"]
     beta, lp = float(rng.choice([0.05, 0.1, 0.5])), -rng.uniform(40, 300)
     m["logps/chosen"] = lp * np.exp(0.1 * noise.draw() / math.sqrt(b)) + chosen / beta
-    m["logps/rejected"] = lp * 1.1 * np.exp(0.1 * noise.draw() / math.sqrt(b)) + m["rewards/rejected"] / beta
+    m["logps/rejected"] = (lp * 1.1 * np.exp(0.1 * noise.draw() / math.sqrt(b))
+                           + m["rewards/rejected"] / beta)
     m["grad_norm"] = grad_norm(rng, n, noise, 0.5, 20.0)
     m["learning_rate"] = lr_schedule(rng, n, noise, kind=str(rng.choice(["linear", "cosine"])))
     return m
@@ -307,7 +317,7 @@ def dpo(rng, n, noise: Noise) -> dict[str, np.ndarray]:
 def sft(rng, n, noise: Noise) -> tuple[dict[str, np.ndarray], np.ndarray]:
     floor = rng.uniform(0.3, 1.8)
     gap = rng.uniform(1.5, 4.0) if noise.model == "learning_curve" else rng.uniform(0.2, 1.2)
-    level = saturating(n, floor + gap, floor, n * rng.uniform(0.03, 0.25))
+    level = saturating(n, floor + gap, floor, time_const(rng, n, 0.03, 0.25, 2000))
     epochs = int(rng.integers(1, 4))
     t = np.arange(n)
     level = level * (1 - rng.uniform(0.03, 0.12)) ** (t * epochs // n)  # drops at each new epoch
@@ -322,7 +332,8 @@ def sft(rng, n, noise: Noise) -> tuple[dict[str, np.ndarray], np.ndarray]:
     m = {"loss": loss * noise.spike_factor(1.5, 3.0),
          "grad_norm": grad_norm(rng, n, noise, 0.2, 3.0),
          "learning_rate": lr_schedule(rng, n, noise, kind=str(rng.choice(["linear", "cosine"])))}
-    ev = (floor + rng.uniform(0.02, 0.2)) + gap * 0.6 * np.exp(-t / (n * rng.uniform(0.05, 0.3)))
+    ev_tau = time_const(rng, n, 0.05, 0.3, 3000)
+    ev = (floor + rng.uniform(0.02, 0.2)) + gap * 0.6 * np.exp(-t / ev_tau)
     return m, ev * (1 + 0.003 * rng.standard_normal(n))
 
 
