@@ -16,7 +16,7 @@ import pytest
 from rlguard.rulespec import load_packs
 
 from falsealarms import PACK_BUDGET, Tally, failure_message, measure, severe_rules, specs
-from sim import FAMILIES, INTERVALS, NOISES, RunSpec, simulate
+from sim import FAMILIES, INTERVALS, NOISES, Noise, RunSpec, simulate
 
 RUNS_PER_CELL = 10  # x 4 families x 7 noise models x 3 intervals = 840 runs of 1,000 steps
 SAMPLE = specs(RUNS_PER_CELL, seed=20)
@@ -73,6 +73,20 @@ def test_runs_are_seeded_finite_and_logged_every_interval(family, records):
     assert [r.step for r in a] == list(range(10, records * 10 + 1, 10))
     values = np.array([v for r in a for v in r.metrics.values()])
     assert np.isfinite(values).all()
+
+
+def test_noise_models_have_their_shape():
+    n = 200_000
+    def draw(model):
+        return Noise(model, np.random.default_rng(0), n)
+    gauss, t3, ar = draw("gauss").draw(), draw("t3").draw(), draw("ar1").draw(slow=1.0)
+    assert abs(np.std(gauss) - 1) < 0.01
+    assert np.mean(np.abs(t3) > 5) > 50 * np.mean(np.abs(gauss) > 5)  # heavy tails
+    assert np.corrcoef(ar[:-1], ar[1:])[0, 1] > 0.75  # the slow part dominates step to step
+    out = draw("outliers")
+    assert 0.008 < out.spikes.mean() < 0.011 and not (out.spikes[1:] & out.spikes[:-1]).any()
+    warm = draw("warmup")
+    assert warm.unsettled[0] == 3.0 and warm.unsettled[int(0.05 * n)] == 1.0
 
 
 def test_families_log_their_trainers_keys_at_realistic_levels():
