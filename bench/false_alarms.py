@@ -54,10 +54,10 @@ def table(t: Tally, fams, noises, intervals, only: set | None) -> str:
     for r in sorted(rules, key=lambda r: (r not in over, -t.rule_rate(r))):
         cells = " ".join(f"{_fmt(t.rule_rate(r, **{k: v})):>5s}" for k, v, _ in cols)
         flag = "!" if r in over else " "
-        out.append(f"{flag}{r:29s} {_fmt(t.rule_rate(r)):>5s} {t.budgets.get(r, 0):6.2f} | {cells}")
+        out.append(f"{flag}{r:29s} {_fmt(t.rule_rate(r)):>5s} {t.budgets.get(r, 0):6.3f} | {cells}")
     cells = " ".join(f"{_fmt(t.pack_rate(**{k: v})):>5s}" for k, v, _ in cols)
     out.append("-" * len(head))
-    out.append(f" {'PACK (runs with any warning)':29s} {_fmt(t.pack_rate()):>5s} {PACK_BUDGET:6.2f} | {cells}")
+    out.append(f" {'PACK (runs with any warning)':29s} {_fmt(t.pack_rate()):>5s} {PACK_BUDGET:6.3f} | {cells}")
     return "\n".join(out)
 
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     if offenders:
         print("\nExamples (family noise interval seed: step metric=value: message)")
     for rule, rate, budget in offenders:
-        print(f"{rule} ({rate:.2f} per 100 runs, budget < {budget}):")
+        print(f"{rule} ({rate:.2f} per 100 runs, budget < {budget:.3g}):")
         for h in t.examples(rule):
             print(f"  {h.line()}")
     if args.json:

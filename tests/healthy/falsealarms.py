@@ -5,8 +5,10 @@ run of other length counts for ``steps / 1000`` runs (a 5,000-step run is 5 run-
 so per-rule rate = 100 x (runs where the rule fired at least once) / (training steps / 1000),
 and the pack's rate counts runs where any warning or critical rule fired.
 
-A rule states its own budget in the same unit (``false_alarms``, proposed for the rule schema;
-until rules carry it, :data:`DEFAULT_RULE_BUDGET` applies to every warning/critical rule).
+A rule states its own budget in the same unit (``false_alarms``, proposed for the rule schema).
+A rule that states none gets an equal share of what the pack's budget leaves after the stated
+ones, so the budgets always add up to the pack's (a union bound: if every rule keeps to its
+budget, the pack keeps to its own, however the rules overlap).
 """
 from __future__ import annotations
 
@@ -21,8 +23,6 @@ from sim import FAMILIES, INTERVALS, NOISES, RunSpec, simulate
 
 #: the whole default pack: a healthy 1,000-step run warns less than once in 100 runs
 PACK_BUDGET = 1.0
-#: a rule that states no budget of its own (per 100 healthy 1,000-step runs)
-DEFAULT_RULE_BUDGET = 0.2
 SEVERE = ("warning", "critical")
 
 
@@ -74,16 +74,22 @@ def measure(spec: RunSpec, packs: list[RulePack] | None = None) -> list[Hit]:
     return [replace(h, firings=count[r]) for r, h in seen.items()]
 
 
-def budget_of(rule) -> float:
-    """A rule's stated false-alarm budget (per 100 healthy 1,000-step runs)."""
+def stated_budget(rule) -> float | None:
+    """A rule's own false-alarm budget (per 100 healthy 1,000-step runs), if it states one."""
     b = getattr(rule, "false_alarms", None)
-    return DEFAULT_RULE_BUDGET if b is None else float(b)
+    return None if b is None else float(b)
 
 
 def severe_rules(packs: list[RulePack]) -> dict[str, float]:
-    """Every enabled warning/critical rule and its budget."""
-    return {r.id: budget_of(r) for p in packs for r in p.rules
-            if r.enabled and str(getattr(r.severity, "value", r.severity)) in SEVERE}
+    """Every enabled warning/critical rule and its budget: its own, or an equal share of what
+    the stated budgets leave of :data:`PACK_BUDGET`."""
+    rules = [r for p in packs for r in p.rules
+             if r.enabled and str(getattr(r.severity, "value", r.severity)) in SEVERE]
+    stated = {r.id: stated_budget(r) for r in rules}
+    silent = [k for k, b in stated.items() if b is None]
+    left = PACK_BUDGET - sum(b for b in stated.values() if b is not None)
+    share = max(left, 0.0) / len(silent) if silent else 0.0
+    return {k: share if b is None else b for k, b in stated.items()}
 
 
 @dataclass
@@ -132,7 +138,7 @@ class Tally:
 
     def offenders(self) -> list[tuple[str, float, float]]:
         """(rule, measured rate, budget) of each rule over its budget, worst first."""
-        out = [(r, self.rule_rate(r), self.budgets.get(r, DEFAULT_RULE_BUDGET))
+        out = [(r, self.rule_rate(r), self.budgets.get(r, 0.0))
                for r in self.fired_rules()]
         return [o for o in out if o[1] >= o[2]]
 
@@ -159,5 +165,5 @@ def failure_message(t: Tally) -> str:
              f"(budget < {PACK_BUDGET}; {t.runs} runs, {len(t.alarmed)} with a warning)"]
     for rule, rate, budget in t.offenders():
         ex = t.examples(rule, 1)[0]
-        lines.append(f"  {rule}: {rate:.2f} per 100 runs (budget < {budget}); e.g. {ex.line()}")
+        lines.append(f"  {rule}: {rate:.2f} per 100 runs (budget < {budget:.3g}); e.g. {ex.line()}")
     return "\n".join(lines)

@@ -45,6 +45,14 @@ def test_each_rule_within_its_budget(tally):
     assert not over, failure_message(tally)
 
 
+def test_rule_budgets_add_up_to_the_pack_budget(packs):
+    """Stated and shared budgets together stay within the pack's: keeping to each rule's
+    budget then keeps the pack within its own (a union bound)."""
+    budgets = severe_rules(packs)
+    assert budgets and all(b >= 0 for b in budgets.values())
+    assert sum(budgets.values()) <= PACK_BUDGET + 1e-9, sorted(budgets.items(), key=lambda kv: -kv[1])
+
+
 def _binom_cdf(k: int, n: int, p: float) -> float:
     return sum(math.comb(n, i) * p**i * (1 - p) ** (n - i) for i in range(k + 1))
 
