@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     intervals = args.interval or list(INTERVALS)
     records = tuple(int(x) for x in args.records.split(",")) if args.records else ()
     todo = specs(args.runs, args.seed, fams, noises, intervals, args.steps, records)
-    t = Tally(severe_rules(load_packs()))
+    packs = load_packs()
+    t = Tally(severe_rules(packs))
     t0 = time.perf_counter()
     pool = Pool(args.jobs) if args.jobs > 1 else None
     it = pool.imap(_work, todo, chunksize=8) if pool else map(_work, todo)
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         pool.close()
     took = time.perf_counter() - t0
     size = f"{args.records} records" if records else f"{args.steps} steps"
-    print(f"False alarms of the default pack: {t.runs} healthy runs of {size} "
+    pack = ", ".join(f"{p.pack} {p.version}" for p in packs)
+    print(f"False alarms of the rule pack ({pack}): {t.runs} healthy runs of {size} "
           f"({args.runs} per family x noise x interval cell, seed {args.seed}), {took:.0f} s, "
           f"{args.jobs} worker(s)")
     print("Unit: warnings per 100 healthy 1,000-step runs (per 1,000 training steps); "
