@@ -42,6 +42,7 @@ rules-test: setup
 bench: setup ops-tools
 	$(PY) bench/check_speed.py
 	$(PY) bench/corpus_eval.py
+	$(PY) bench/false_alarms.py
 	$(PY) bench/trainer_vs_trl.py
 	$(PY) bench/trainer_memory.py
 	$(PY) bench/daemon_load.py
