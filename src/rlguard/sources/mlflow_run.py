@@ -308,3 +308,13 @@ def _unique(runs: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def _value(v: float) -> float:
     return v if abs(v) != _SQL_INF else v * float("inf")
+
+
+def run_title(run_dir: str) -> str | None:
+    """The run name of MLflow file-store run ``run_dir`` (its ``meta.yaml``, else the
+    ``mlflow.runName`` tag), or None when it has neither."""
+    import yaml
+
+    meta = _meta(run_dir, yaml)
+    name = _run_name(run_dir, meta) if meta else None
+    return name if name and name != os.path.basename(run_dir) else None
