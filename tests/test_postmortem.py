@@ -145,6 +145,7 @@ def test_report_names_wandb_and_mlflow_runs_by_their_tracker_names(tmp_path, cap
 
     script = ("import wandb\nrun = wandb.init(project='p', mode='offline', name='grpo-lr3e-6')\n"
               "for s in range(1, 21):\n    wandb.log({'train/reward': 0.0, 'train/loss': 0.1, 'train/global_step': s})\n"
+              "    wandb.log({'profiling/Time taken: generate': 0.01, 'train/global_step': s})\n"  # as TRL does
               "run.finish()\n")
     r = subprocess.run([sys.executable, "-c", script], env=wandb_env(tmp_path), cwd=tmp_path, capture_output=True,
                        text=True, timeout=120)
@@ -160,6 +161,8 @@ def test_report_names_wandb_and_mlflow_runs_by_their_tracker_names(tmp_path, cap
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     assert [r["name"] for r in rep["runs"]] == ["grpo-lr3e-6", "grpo-mlflow"]
     assert rep["runs"][0]["steps"] == [1, 20]
+    rc, out, err = run_cli(["check", tmp_path / "wandb"], capsys)
+    assert "(wandb, 40 records at 20 steps, steps 1..20)" in out.splitlines()[0]
     # an experiment directory lists its runs instead of "no training log"
     rc, out, err = run_cli(["check", run_dir.parent.parent], capsys)
     assert rc == 2 and "MLflow experiment" in err and "grpo-mlflow" in err and len(err.splitlines()) == 1
@@ -273,3 +276,45 @@ def test_check_usage_errors(tmp_path, capsys):
         assert rc == 2 and words in err and len(err.splitlines()) == 1, (argv, err)
     rc, out, err = run_cli(["check", log, "--baseline", "reward_mean=0.1", "--format", "json", "--decisions"], capsys)
     assert rc in (0, 1), err
+
+
+def test_a_streak_across_a_resume_has_no_negative_step_span(tmp_path, capsys):
+    rows = [{"step": s, "reward": 0.5, "grad_norm": 1.0} for s in range(1, 10)]
+    rows += [{"step": 9, "reward": 0.5, "grad_norm": "inf"}]
+    rows += [{"step": s, "reward": 0.5, "grad_norm": "inf"} for s in range(8, 10)]  # resumed from step 7
+    rc, out, err = run_cli(["check", write_jsonl(tmp_path / "resumed.jsonl", rows)], capsys)
+    assert rc == 1, err
+    assert "[2 records in a row]" in out and "-1 steps" not in out
+
+
+# ---------------------------------------------------------------------- rule authors
+
+_PACK = ('apiVersion: rlguard/v1\npack: mine\nversion: "1"\nrules:\n  - id: MY-KL-HIGH\n    kind: kl_high\n'
+         '    {severity}: warning\n    description: The KL to the reference is far too high here.\n'
+         '    metric: {metric}\n    detector: threshold\n    params: {{above: 0.5}}\n')
+
+
+def test_a_typo_in_a_rule_field_suggests_the_field(tmp_path, capsys):
+    pack = tmp_path / "my.yaml"
+    pack.write_text(_PACK.format(severity="severty", metric="kl"))
+    rc, out, err = run_cli(["rules", "check", pack], capsys)
+    assert rc == 2 and "unknown field 'severty'; did you mean 'severity'?" in err
+
+
+def test_a_typo_in_a_rule_metric_is_said_by_rules_check_check_and_rules_test(tmp_path, capsys):
+    pack = tmp_path / "my.yaml"
+    pack.write_text(_PACK.format(severity="severity", metric="kll"))
+    rc, out, err = run_cli(["rules", "check", pack], capsys)
+    assert rc == 0 and "2 warning(s):" in out.splitlines()[0] and "did you mean kl" in out
+    assert "no status: taken as 'experimental'" in out
+    log = write_jsonl(tmp_path / "run.jsonl", [{"step": s, "reward": 0.1, "kl": 0.9} for s in range(1, 9)])
+    rc, out, err = run_cli(["check", log, "--rules", pack], capsys)
+    assert "rule MY-KL-HIGH: metric 'kll' is not in the input; did you mean kl?" in out
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "my_test.yaml").write_text(
+        "rule_files: [../my.yaml]\ntests:\n  - name: high KL fires\n    input:\n      series:\n"
+        "        kl: \"0.9x5\"\n    only: [MY-KL-HIGH]\n    expect:\n      - {rule: MY-KL-HIGH, step: 1}\n")
+    rc, out, err = run_cli(["rules", "test", tmp_path / "tests"], capsys)
+    assert rc == 1 and "metric 'kll' is not in the input; did you mean kl?" in err
+    rc, out, err = run_cli(["rules", "explain", "MY-KL-HIGH", "--rules", pack], capsys)
+    assert rc == 0 and "Tests (1):" in out and "my_test.yaml: high KL fires" in out

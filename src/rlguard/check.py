@@ -26,7 +26,7 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
     all_decisions: list[Decision] = []
     out = sys.stdout
     with gc_paused():
-        n, first, last = _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run)
+        n, first, last, distinct = _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run)
     stats = reader.stats
     if n == 0:
         from .errors import LogFormatError
@@ -39,9 +39,11 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
         raise LogFormatError(f"no numeric metrics in its {n} records ({fmt_name} format; "
                              f"{stats.bad_values} value(s) were not numbers): nothing to judge", path=path)
     _check_baselines(baselines, wd)
+    from .explain import absent_metrics
+
     idle = wd.idle_note()
     notes = ([chosen.note(os.fspath(given))] if chosen and chosen.others else []) + _notes(wd, stats) \
-        + ([idle] if idle else [])
+        + absent_metrics(wd) + ([idle] if idle else [])
     if out_format == "json":
         for note in notes:
             print(f"rlguard: {path}: {note}", file=sys.stderr)
@@ -50,7 +52,8 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
 
         best = (wd.best.metric, wd.best.value, wd.best.step) if wd.best and wd.best.value is not None else None
         render_text(out, path=path, fmt_name=fmt_name, records=n, steps=(first, last), notes=notes,
-                    alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best)
+                    alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best,
+                    distinct_steps=distinct)
     out.flush()
     bad = any(a.status == "firing" and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
     return 1 if bad else 0
@@ -73,8 +76,10 @@ def _check_baselines(baselines: dict[str, float], wd: Watchdog) -> None:
 
 def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run):
     n, first, last = 0, None, None
+    seen: set[int] = set()
     for buf in reader.batches(path, chunk):
         n += len(buf)
+        seen.update(r.step for r in buf)
         lo, hi = min(r.step for r in buf), max(r.step for r in buf)  # a resumed log goes back
         first = lo if first is None else min(first, lo)
         last = hi if last is None else max(last, hi)
@@ -82,7 +87,7 @@ def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, 
         all_decisions.extend(ds)
         if out_format == "json":
             _emit_json(out, ds, decisions, run)
-    return n, first, last
+    return n, first, last, len(seen)
 
 
 @contextmanager

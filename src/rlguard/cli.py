@@ -190,6 +190,9 @@ def _add_rules(sub) -> None:
     re_ = rsub.add_parser("explain", help="what a rule watches, assumes, gets wrong, and its tests")
     re_.add_argument("rule_id", metavar="ID")
     re_.add_argument("--rules", action="append", metavar="FILE_OR_DIR", help="packs added to the default")
+    re_.add_argument("--tests", action="append", metavar="FILE_OR_DIR",
+                     help="rule test files or folders (default: the shipped tests, and the tests beside each "
+                          "--rules pack: its folder and its tests/ folder)")
     re_.set_defaults(func=cmd_rules_explain)
     rl = rsub.add_parser("list", help="list the rules in use")
     rl.add_argument("--rules", action="append", metavar="FILE_OR_DIR")
@@ -320,11 +323,13 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
                 print(f"OK {f}: alias table, {len(t.canonical)} canonical metrics")
             else:
                 pack = load_pack(f)
-                print(f"OK {f}: pack {pack.pack} {pack.version}, {len(pack.rules)} rules")
                 from .explain import unknown_metrics
 
-                for warning in unknown_metrics(pack):
-                    print(f"warning: {f}: {warning}", file=sys.stderr)
+                warnings = unknown_metrics(pack)
+                more = f"; {len(warnings)} warning(s):" if warnings else ""
+                print(f"OK {f}: pack {pack.pack} {pack.version}, {len(pack.rules)} rules{more}")
+                for warning in warnings:
+                    print(f"  warning: {f}: {warning}")
         except InputError as exc:
             print(f"FAILED {exc}", file=sys.stderr)
             bad += 1
@@ -342,8 +347,20 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
         close = similar_ids(packs, args.rule_id)
         raise InputError(f"no rule {args.rule_id!r}" + (f"; did you mean {', '.join(close)}?" if close else
                                                           "; see: rlguard rules list"))
-    sys.stdout.write(explain(*hit, find_test_files(None)))
+    sys.stdout.write(explain(*hit, find_test_files(None) + find_test_files(args.tests or [], none_is_default=False)
+                             + _tests_beside(args.rules or [])))
     return 0
+
+
+def _tests_beside(packs: list[str]) -> list[Path]:
+    """Rule test files near the given packs: YAML files in the pack's folder and its tests/."""
+    out: list[Path] = []
+    for p in map(Path, packs):
+        base = p if p.is_dir() else p.parent
+        for folder in (base, base / "tests"):
+            if folder.is_dir():
+                out += sorted(f for f in folder.glob("*.y*ml") if f not in out)
+    return out
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:
