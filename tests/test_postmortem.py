@@ -17,6 +17,7 @@ import pytest
 from rlguard.cli import main
 from rlguard.report import build_report
 from rlguard.report.analysis import headline, mode_of, swings
+from test_trackers import mlflow_server  # noqa: F401 - the real MLflow tracking server fixture
 
 pytest.importorskip("matplotlib")
 
@@ -124,7 +125,7 @@ def test_report_on_the_trl_run_with_eval_and_constant_reward(trl_run, tmp_path, 
     assert rc == 0, err
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     run = rep["runs"][0]
-    assert run["name"] == "out" and run["steps"] == [1, 14]
+    assert run["name"] == "out" and run["steps"] == [1, 14] and "events.out.tfevents" in run["log"]
     assert {"val_reward", "val_loss"} <= set(rep["metrics"])
     assert not any(m.startswith("eval_") and mode_of(m) == "none" for m in rep["metrics"])  # no eval_runtime...
     rc, out, err = run_cli(["report", trl_run, "--metric", "grad_norm", "--metric", "entropy",
@@ -318,3 +319,18 @@ def test_a_typo_in_a_rule_metric_is_said_by_rules_check_check_and_rules_test(tmp
     assert rc == 1 and "metric 'kll' is not in the input; did you mean kl?" in err
     rc, out, err = run_cli(["rules", "explain", "MY-KL-HIGH", "--rules", pack], capsys)
     assert rc == 0 and "Tests (1):" in out and "my_test.yaml: high KL fires" in out
+
+
+def test_report_on_an_mlflow_server_run_uses_its_run_name(request, tmp_path, capsys):
+    pytest.importorskip("mlflow")
+    from test_trackers import log_mlflow_run, rows
+
+    from rlguard.sources.mlflow_run import location
+
+    server = request.getfixturevalue("mlflow_server")
+    loc = location(server, log_mlflow_run(server, rows()))  # NaN loss, inf grad norm, eval rows
+    rc, out, err = run_cli(["report", loc, "--out", tmp_path / "r"], capsys)
+    assert rc == 0, err
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["runs"][0]["name"] == "grpo-faulty" and rep["runs"][0]["steps"] == [1, 80]
+    assert rep["metrics"] == ["val_loss"]

@@ -69,7 +69,7 @@ def _watched(runs: list[RunData]) -> list[str]:
 
 
 def run_section(r: RunData, watched: list[str]) -> dict:
-    sec = {"name": r.name, "path": r.path, "format": r.fmt, "steps": list(r.steps) if r.steps else None,
+    sec = {"name": r.name, "path": r.path, "log": r.log or r.path, "format": r.fmt, "steps": list(r.steps) if r.steps else None,
            "config": r.config, "metrics": {}}
     for m in watched:
         if m not in r.series:

@@ -34,6 +34,7 @@ class RunData:
     stop: Decision | None = None
     config: dict = field(default_factory=dict)
     steps: tuple[int, int] | None = None
+    log: str = ""  # the file read, where ``path`` is a run directory
 
     def eval_metrics(self) -> list[str]:
         """Canonical evaluation metrics first, then any other eval/val/test series."""
@@ -68,7 +69,7 @@ def load_run(path: str, packs: list[RulePack], baselines: dict[str, float] | Non
     wd = Watchdog(packs=packs, run=name, baselines=baselines or {})
     wd.ingest(records)
     steps = (min(r.step for r in records), max(r.step for r in records)) if records else None
-    return RunData(name, str(path), reader.name, series, wd.alerts, wd.stop_decision, _config(log), steps)
+    return RunData(name, str(path), reader.name, series, wd.alerts, wd.stop_decision, _config(log), steps, str(log))
 
 
 def tracker_name(log: str, fmt: str) -> str | None:
@@ -78,7 +79,7 @@ def tracker_name(log: str, fmt: str) -> str | None:
         from ..sources.wandb_run import run_title
 
         return run_title(log)
-    if fmt == "mlflow" and Path(log).is_dir():
+    if fmt == "mlflow":
         from ..sources.mlflow_run import run_title
 
         return run_title(log)

@@ -54,8 +54,9 @@ def _comparison(rep: dict) -> list[str]:
 
 
 def _run(r: dict) -> list[str]:
-    out = [f"## Run `{r['name']}`", "", f"Log: `{r['path']}` ({r['format']}), steps {r['steps'][0]}..{r['steps'][1]}"
-           if r["steps"] else f"Log: `{r['path']}`", ""]
+    read = f"; read `{r['log']}`" if r.get("log") and r["log"] != r["path"] else ""
+    out = [f"## Run `{r['name']}`", "", f"Log: `{r['path']}` ({r['format']}{read}), steps {r['steps'][0]}.."
+           f"{r['steps'][1]}" if r["steps"] else f"Log: `{r['path']}`{read}", ""]
     if r["metrics"]:
         out += ["| metric | direction | best | at step | final | steps to within 1% of best | largest swing | "
                 "noise sigma |", "|---|---|---|---|---|---|---|---|"]
