@@ -334,3 +334,15 @@ def test_report_on_an_mlflow_server_run_uses_its_run_name(request, tmp_path, cap
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     assert rep["runs"][0]["name"] == "grpo-faulty" and rep["runs"][0]["steps"] == [1, 80]
     assert rep["metrics"] == ["val_loss"]
+
+
+def test_a_metric_with_no_better_side_has_no_winner_and_no_best(tmp_path):
+    ex = Path(__file__).resolve().parents[1] / "examples"
+    rep = build_report([str(ex / "seed000_run_a.jsonl"), str(ex / "seed000_run_b.jsonl")], tmp_path,
+                       metrics=["grad_norm", "val_reward"], plots=False)
+    comp = rep["comparison"]
+    assert comp["grad_norm"]["summary"] == {} and not any("winner" in r for r in comp["grad_norm"]["table"]["rows"])
+    assert comp["val_reward"]["summary"]["winners"]["best value"] == "seed000_run_a"
+    md = (tmp_path / "report.md").read_text()
+    grad = md[md.index("### grad_norm"):md.index("### val_reward")]
+    assert "(no better side)" in grad and "winner" not in grad and "best" not in grad

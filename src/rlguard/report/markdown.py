@@ -31,15 +31,17 @@ def _comparison(rep: dict) -> list[str]:
         s, t = comp["summary"], comp["table"]
         names = [r["name"] for r in rep["runs"]]
         out += [f"### {m} ({mode_words(t['mode'])})", ""]
-        out.append("| step | " + " | ".join(names) + (" | difference | winner |" if len(names) == 2 else " | winner |"))
-        out.append("|---" * (len(names) + (3 if len(names) == 2 else 2)) + "|")
+        extra = (["difference"] if len(names) == 2 else []) + (["winner"] if t["mode"] != "none" else [])
+        out.append("| " + " | ".join(["step", *names, *extra]) + " |")
+        out.append("|---" * (1 + len(names) + len(extra)) + "|")
         for row in t["rows"]:
             cells = [fmt(row["values"][n]) if n in row["values"] else "" for n in names]
-            diff = []
             if len(names) == 2:
                 d = row.get("diff_vs_first", {}).get(names[1])
-                diff = [f"{d:+.4g}" if d is not None else ""]
-            out.append(f"| {row['step']} | " + " | ".join(cells + diff + [row.get("winner", "")]) + " |")
+                cells.append(f"{d:+.4g}" if d is not None else "")
+            if t["mode"] != "none":
+                cells.append(row.get("winner", ""))
+            out.append(f"| {row['step']} | " + " | ".join(cells) + " |")
         out.append("")
         for n, gap in s.get("gap_vs_first_pct", {}).items():
             sooner = s["best_step_vs_first"][n]
