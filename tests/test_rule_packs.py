@@ -165,7 +165,8 @@ def test_rule_on_a_metric_nothing_produces_is_a_warning(tmp_path):
                     '    severity: warning\n    description: kl stuck at zero in my own runs\n    metric: kll\n'
                     '    detector: threshold\n    params: {below: 0.001}\n')
     r = _cli("rules", "check", pack)
-    assert r.returncode == 0 and "metric 'kll' is not a name rlguard knows" in r.stderr and "did you mean kl" in r.stderr
+    assert r.returncode == 0 and "metric 'kll' is not a name rlguard knows" in r.stdout and "did you mean kl" in r.stdout
+    assert "1 rules; 2 warning(s):" in r.stdout.splitlines()[0]  # the metric, and no status
     from rlguard.paths import DEFAULT_PACK
 
     ok = _cli("rules", "check", DEFAULT_PACK)

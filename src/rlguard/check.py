@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import gc
+import os
 import sys
 from contextlib import contextmanager
 from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
+from .sources.rundir import choose_log
 from .verdict import decision_record
 from .watchdog import Watchdog
 
@@ -15,14 +17,16 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
               default_rules: bool = True) -> int:
     # rules first: a bad rule file is reported before reading a big log; --rules adds to the default
     packs = load_packs(rules, with_default=default_rules)
-    path = resolve_log(path)
+    given = path
+    chosen = choose_log(path) if os.path.isdir(path) else None
+    path = chosen.log if chosen else resolve_log(path)
     fmt_name = input_format or detect_format(path)
     reader = open_reader(path, fmt_name)
     wd = Watchdog(packs=packs, run=run, baselines=baselines)
     all_decisions: list[Decision] = []
     out = sys.stdout
     with gc_paused():
-        n, first, last = _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run)
+        n, first, last, distinct = _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run)
     stats = reader.stats
     if n == 0:
         from .errors import LogFormatError
@@ -34,8 +38,12 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
 
         raise LogFormatError(f"no numeric metrics in its {n} records ({fmt_name} format; "
                              f"{stats.bad_values} value(s) were not numbers): nothing to judge", path=path)
+    _check_baselines(baselines, wd)
+    from .explain import absent_metrics
+
     idle = wd.idle_note()
-    notes = _notes(wd, stats) + ([idle] if idle else [])
+    notes = ([chosen.note(os.fspath(given))] if chosen and chosen.others else []) + _notes(wd, stats) \
+        + absent_metrics(wd) + ([idle] if idle else [])
     if out_format == "json":
         for note in notes:
             print(f"rlguard: {path}: {note}", file=sys.stderr)
@@ -44,23 +52,42 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
 
         best = (wd.best.metric, wd.best.value, wd.best.step) if wd.best and wd.best.value is not None else None
         render_text(out, path=path, fmt_name=fmt_name, records=n, steps=(first, last), notes=notes,
-                    alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best)
+                    alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best,
+                    distinct_steps=distinct)
     out.flush()
     bad = any(a.status == "firing" and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
     return 1 if bad else 0
 
 
+def _check_baselines(baselines: dict[str, float], wd: Watchdog) -> None:
+    """``--baseline METRIC=VALUE`` names a metric of the log (canonical or raw name)."""
+    seen = set(wd.latest(watched_only=False)) | set(wd.coverage()["raw"])
+    missing = [m for m in baselines if m not in seen]
+    if missing:
+        import difflib
+
+        from .errors import InputError
+
+        close = [c for m in missing for c in difflib.get_close_matches(m, sorted(seen), n=1)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise InputError(f"no metric {', '.join(map(repr, missing))} in this log{hint}; metrics present: "
+                         f"{', '.join(sorted(seen)) or 'none'}", field="--baseline")
+
+
 def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run):
     n, first, last = 0, None, None
+    seen: set[int] = set()
     for buf in reader.batches(path, chunk):
         n += len(buf)
-        first = buf[0].step if first is None else first
-        last = buf[-1].step
+        seen.update(r.step for r in buf)
+        lo, hi = min(r.step for r in buf), max(r.step for r in buf)  # a resumed log goes back
+        first = lo if first is None else min(first, lo)
+        last = hi if last is None else max(last, hi)
         ds = wd.ingest(buf)
         all_decisions.extend(ds)
         if out_format == "json":
             _emit_json(out, ds, decisions, run)
-    return n, first, last
+    return n, first, last, len(seen)
 
 
 @contextmanager

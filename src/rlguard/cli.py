@@ -37,22 +37,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
-    except ValueError as exc:  # a pydantic validation error from a config file or flags
-        print(f"rlguard: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("rlguard: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # noqa: BLE001 - never a traceback, never the exit code of a verdict
-        import os
-        import traceback
+        if _is_validation_error(exc):  # pydantic, from a config file or flags: unusable input
+            print(f"rlguard: error: {exc}", file=sys.stderr)
+            return 2
+        return _internal_error(exc)
 
-        if os.environ.get("RLGUARD_DEBUG"):
-            raise
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        print(f"rlguard: internal error (a bug: please report it, with RLGUARD_DEBUG=1 for the traceback): "
-              f"{type(exc).__name__}: {str(exc)[:300]} at {where.filename}:{where.lineno}", file=sys.stderr)
-        return INTERNAL_ERROR
+
+def _is_validation_error(exc: BaseException) -> bool:
+    try:
+        from pydantic import ValidationError
+    except ImportError:  # pragma: no cover - pydantic is a dependency
+        return False
+    return isinstance(exc, ValidationError)
+
+
+def _internal_error(exc: BaseException) -> int:
+    """A bug: one line naming where (exit 3); ``RLGUARD_DEBUG=1`` raises it for the traceback."""
+    import os
+    import traceback
+
+    if os.environ.get("RLGUARD_DEBUG"):
+        raise exc
+    where = traceback.extract_tb(exc.__traceback__)[-1]
+    print(f"rlguard: internal error (a bug: please report it, with RLGUARD_DEBUG=1 for the traceback): "
+          f"{type(exc).__name__}: {str(exc)[:300]} at {where.filename}:{where.lineno}", file=sys.stderr)
+    return INTERNAL_ERROR
 
 
 #: exit codes: 0 no alert, 1 alerts fired (a verdict), 2 unusable input or usage, 3 a bug in rlguard
@@ -85,13 +98,14 @@ def _add_check(sub) -> None:
     c.add_argument("--rules", action="append", metavar="FILE_OR_DIR",
                    help="a rule pack file or folder, added to the default pack (repeatable; a rule with the "
                         "id of a default rule replaces it)")
-    c.add_argument("--no-default-rules", action="store_true", help="use only the --rules packs")
+    c.add_argument("--no-default-rules", action="store_true", help="use only the --rules packs (needs --rules)")
     c.add_argument("--input-format", choices=sorted(READERS), help="override format detection")
     c.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
     c.add_argument("--baseline", action="append", default=[], metavar="METRIC=VALUE",
                    help="regression baseline for an eval metric, e.g. val_reward=0.52 (repeatable)")
     c.add_argument("--decisions", action="store_true",
-                   help="json: also print checkpoint decisions (new best) as objects with kind 'new_best'")
+                   help="with --format json: also print checkpoint decisions (new best) as objects with kind "
+                        "'new_best'")
     c.add_argument("--run", help="run name in alerts (default: derived from the path)")
     c.set_defaults(func=cmd_check)
 
@@ -176,6 +190,9 @@ def _add_rules(sub) -> None:
     re_ = rsub.add_parser("explain", help="what a rule watches, assumes, gets wrong, and its tests")
     re_.add_argument("rule_id", metavar="ID")
     re_.add_argument("--rules", action="append", metavar="FILE_OR_DIR", help="packs added to the default")
+    re_.add_argument("--tests", action="append", metavar="FILE_OR_DIR",
+                     help="rule test files or folders (default: the shipped tests, and the tests beside each "
+                          "--rules pack: its folder and its tests/ folder)")
     re_.set_defaults(func=cmd_rules_explain)
     rl = rsub.add_parser("list", help="list the rules in use")
     rl.add_argument("--rules", action="append", metavar="FILE_OR_DIR")
@@ -204,6 +221,11 @@ def parse_baselines(items: list[str]) -> dict[str, float]:
 
 def cmd_check(args: argparse.Namespace) -> int:
     from .check import run_check
+
+    if args.no_default_rules and not args.rules:
+        raise InputError("--no-default-rules needs --rules FILE_OR_DIR: without either there are no rules to apply")
+    if args.decisions and args.format != "json":
+        raise InputError("--decisions prints checkpoint decisions as JSON objects: use it with --format json")
 
     return run_check(args.path, rules=args.rules, default_rules=not args.no_default_rules,
                      input_format=args.input_format, out_format=args.format,
@@ -301,11 +323,13 @@ def cmd_rules_check(args: argparse.Namespace) -> int:
                 print(f"OK {f}: alias table, {len(t.canonical)} canonical metrics")
             else:
                 pack = load_pack(f)
-                print(f"OK {f}: pack {pack.pack} {pack.version}, {len(pack.rules)} rules")
                 from .explain import unknown_metrics
 
-                for warning in unknown_metrics(pack):
-                    print(f"warning: {f}: {warning}", file=sys.stderr)
+                warnings = unknown_metrics(pack)
+                more = f"; {len(warnings)} warning(s):" if warnings else ""
+                print(f"OK {f}: pack {pack.pack} {pack.version}, {len(pack.rules)} rules{more}")
+                for warning in warnings:
+                    print(f"  warning: {f}: {warning}")
         except InputError as exc:
             print(f"FAILED {exc}", file=sys.stderr)
             bad += 1
@@ -323,8 +347,20 @@ def cmd_rules_explain(args: argparse.Namespace) -> int:
         close = similar_ids(packs, args.rule_id)
         raise InputError(f"no rule {args.rule_id!r}" + (f"; did you mean {', '.join(close)}?" if close else
                                                           "; see: rlguard rules list"))
-    sys.stdout.write(explain(*hit, find_test_files(None)))
+    sys.stdout.write(explain(*hit, find_test_files(None) + find_test_files(args.tests or [], none_is_default=False)
+                             + _tests_beside(args.rules or [])))
     return 0
+
+
+def _tests_beside(packs: list[str]) -> list[Path]:
+    """Rule test files near the given packs: YAML files in the pack's folder and its tests/."""
+    out: list[Path] = []
+    for p in map(Path, packs):
+        base = p if p.is_dir() else p.parent
+        for folder in (base, base / "tests"):
+            if folder.is_dir():
+                out += sorted(f for f in folder.glob("*.y*ml") if f not in out)
+    return out
 
 
 def cmd_rules_test(args: argparse.Namespace) -> int:

@@ -51,14 +51,20 @@ def _token(state_dir: str | None, token_file: str | None) -> str:
 
 def _call(url: str, body: dict | None, token: str | None) -> dict:
     data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+    try:
+        req = urllib.request.Request(url, data=data, method="POST" if body is not None else "GET")
+    except ValueError as exc:  # "unknown url type"
+        raise InputError(f"not a daemon address ({exc}); e.g. http://127.0.0.1:9108", path=url) from None
     if token:
         req.add_header("Authorization", f"Bearer {token}")
     if data is not None:
         req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
-            return json.loads(r.read())
+            raw = r.read()
+        return json.loads(raw)
+    except ValueError:
+        raise InputError("what answers there is not an rlguard daemon (not JSON)", path=url) from None
     except urllib.error.HTTPError as exc:
         try:
             detail = json.loads(exc.read()).get("error", "")

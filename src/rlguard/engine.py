@@ -138,8 +138,8 @@ class RuleInstance:
                     self.firing = True
                     msg = self.detector.describe(self.metric, float(values[j]), float(stat[j]),
                                                  float(ref[j]), int(ref_step[j]))
-                    if self.run > 1:
-                        msg += f" [{self.run} records in a row, {covered} steps]"
+                    if self.run > 1:  # a resumed log goes back in steps: no span then
+                        msg += f" [{self.run} records in a row" + (f", {covered} steps]" if covered > 0 else "]")
                     events.append(Event(j, True, msg, int(ref_step[j]) if ref_step[j] >= 0 else None,
                                         float(level[j])))
             else:

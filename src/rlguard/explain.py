@@ -81,4 +81,29 @@ def unknown_metrics(pack: RulePack, vocab: Vocabulary | None = None) -> list[str
             hint = f"; did you mean {', '.join(close)}?" if close else ""
             out.append(f"rule {rule.id}: metric {m!r} is not a name rlguard knows (no alias maps to it, so only a "
                        f"log with exactly that key would feed it){hint}")
+        if "status" not in rule.model_fields_set:
+            out.append(f"rule {rule.id}: no status: taken as 'experimental' (stable | test | experimental | "
+                       f"deprecated)")
+    return out
+
+
+def absent_metrics(wd, rule_ids: list[str] | None = None) -> list[str]:
+    """For each idle rule of ``wd`` (among ``rule_ids``, default: rules outside the default
+    pack), one line naming its metrics that the input never had and the closest present name:
+    a typo in a rule's metric otherwise passes as "nothing fired"."""
+    cov = wd.coverage()
+    present = sorted(set(cov["metrics"]) | set(cov["raw"]))
+    if rule_ids is None:
+        default_ids = {r.id for p in wd.packs if p.pack == "default" for r in p.rules}
+        rule_ids = [i for i in cov["idle"] if i not in default_ids]
+    by_id = {r.id: r for r in wd.rules}
+    out = []
+    for rid in rule_ids:
+        rule = by_id.get(rid)
+        if rule is None or rid not in cov["idle"]:
+            continue
+        for m in rule.metrics:
+            close = difflib.get_close_matches(m, present, n=1, cutoff=0.6)
+            hint = f"; did you mean {close[0]}?" if close else f"; present: {', '.join(present[:20]) or 'none'}"
+            out.append(f"rule {rid}: metric {m!r} is not in the input{hint}")
     return out

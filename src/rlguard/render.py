@@ -20,10 +20,12 @@ def hints(alerts: list[Alert]) -> list[tuple[str, str]]:
 
 def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: tuple[int, int] | None,
                 notes: list[str], alerts: list[Alert], decisions: list[Decision],
-                stop: Decision | None, best: tuple[str, float, int] | None) -> None:
+                stop: Decision | None, best: tuple[str, float, int] | None, distinct_steps: int | None = None) -> None:
     w = out.write
     span = f", steps {steps[0]}..{steps[1]}" if steps else ""
-    w(f"rlguard check: {path} ({fmt_name}, {records} records{span})\n")
+    # W&B and TRL log many rows per step (profiling timings, eval rows): say how many steps
+    at = f" at {distinct_steps} steps" if distinct_steps is not None and distinct_steps != records else ""
+    w(f"rlguard check: {path} ({fmt_name}, {records} records{at}{span})\n")
     for n in notes:
         w(f"  note: {n}\n")
     firing = [a for a in alerts if a.status == "firing"]

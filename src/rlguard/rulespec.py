@@ -79,10 +79,11 @@ class Rule(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     id: str
     kind: str = Field(description="what went wrong, in snake_case; rlguard's kinds or a pack's own")
-    status: Literal["stable", "test", "experimental", "deprecated"] = "experimental"
+    status: Literal["stable", "test", "experimental", "deprecated"] = Field(
+        "experimental", description="stable | test | experimental | deprecated; omitted: experimental")
     severity: Severity
     action: Action = Action.ALERT
-    description: str = Field(min_length=20)
+    description: str = Field(min_length=20, description="what fires, in words: 20 characters at the least")
     assumes: str = ""
     false_positives: list[str] = []
     metrics: list[str] = Field(min_length=1)

@@ -146,7 +146,14 @@ def run_file(path: Path) -> tuple[int, list[Failure], set[str]]:
         wd.ingest(records)
         got = [(a.rule, a.step, a.kind) for a in wd.alerts if a.status == "firing"
                and (case.only is None or a.rule in case.only)]
-        failures.extend(_compare(str(path), case, got))
+        fails = _compare(str(path), case, got)
+        if fails:
+            from .explain import absent_metrics
+
+            absent = absent_metrics(wd, [e.rule for e in case.expect])
+            if absent:
+                fails[0].message += " (" + "; ".join(absent) + ")"
+        failures.extend(fails)
         covered.update(e.rule for e in case.expect)
     return len(tf.tests), failures, covered
 
@@ -172,8 +179,12 @@ def _compare(path: str, case: TestCase, got: list[tuple[str, int, str]]) -> list
     return [Failure(path, case.name, "; ".join(parts))]
 
 
-def find_test_files(paths: list[str] | None) -> list[Path]:
+def find_test_files(paths: list[str] | None, none_is_default: bool = True) -> list[Path]:
+    """The test files of ``paths`` (files, or folders' ``*.yaml``); no paths: the shipped
+    tests, unless ``none_is_default`` is False."""
     if not paths:
+        if not none_is_default:
+            return []
         paths = [str(RULE_TESTS_DIR)]
     out: list[Path] = []
     for p in map(Path, paths):

@@ -43,6 +43,8 @@ def load_model(path: str | Path, model: type[M],
             loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # union tags
             line, field = error_location(root, loc)
             msg = "field required" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+            if err["type"] == "extra_forbidden" and loc:
+                msg = f"unknown field {loc[-1]!r}" + _did_you_mean(str(loc[-1]), field_names(model))
             if name_field is not None:
                 field = name_field(data, loc, field)
             found.append((line or 0, field, msg))
@@ -53,6 +55,32 @@ def load_model(path: str | Path, model: type[M],
         if len(found) > 1:
             msg += f" ({len(found)} problems in this file; the others:){more}"
         raise RuleError(msg, path=str(path), line=line or None, field=field) from None
+
+
+def field_names(model: Any, seen: set | None = None) -> set[str]:
+    """Every field name (and alias) of ``model`` and of the models nested in it."""
+    import typing
+
+    seen = set() if seen is None else seen
+    if not (isinstance(model, type) and issubclass(model, BaseModel)) or model in seen:
+        return set()
+    seen.add(model)
+    names: set[str] = set()
+    for name, info in model.model_fields.items():
+        names.add(info.alias or name)
+        todo = [info.annotation]
+        while todo:
+            t = todo.pop()
+            names |= field_names(t, seen)
+            todo.extend(typing.get_args(t))
+    return names
+
+
+def _did_you_mean(name: str, known: set[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 #: libyaml's safe loader when PyYAML was built with it (10x faster on a 1,000-line pack; the

@@ -9,8 +9,10 @@ configuration or bad input (dataset, column, reward path, model directory); 1 on
 from __future__ import annotations
 
 import argparse
+import shutil
 import sys
 from dataclasses import fields
+from pathlib import Path
 
 from .config import FAULTS, ConfigError, TrainConfig, help_table
 
@@ -65,6 +67,23 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return TrainConfig.from_dict(data)
 
 
+def preflight(cfg: TrainConfig):
+    """The task (dataset rows, reward functions), each reward's signature checked against the
+    columns TRL would pass it; imports no torch, so bad input costs no model load."""
+    from .rewards import check_signature
+    from .task import load_task
+
+    task = load_task(cfg)
+    for rows, where in ((task.train, f"--dataset {cfg.dataset}" if cfg.dataset else "the toy task"),
+                        (task.held_out, f"--eval-dataset {cfg.eval_dataset}")):
+        if not rows:
+            continue
+        columns = sorted({k for row in rows for k in row} - {task.prompt_column})
+        for r in task.rewards:
+            check_signature(r, columns, where)
+    return task
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -72,11 +91,20 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError) as exc:
         print(f"rlguard-train: error: {exc}", file=sys.stderr)
         return 2
+    out = Path(cfg.output_dir)
+    existed = out.exists()
+    try:
+        task = preflight(cfg)  # the dataset and the reward functions, before torch loads (seconds)
+    except ConfigError as exc:
+        print(f"rlguard-train: error: {exc}", file=sys.stderr)
+        return 2
     from .loop import train
 
     try:
-        result = train(cfg)
+        result = train(cfg, task=task)
     except ConfigError as exc:
+        if not existed and not (out / "metrics.jsonl").exists():
+            shutil.rmtree(out, ignore_errors=True)  # a run that never made a step leaves nothing behind
         print(f"rlguard-train: error: {exc}", file=sys.stderr)
         return 2
     if result["stopped"]:

@@ -78,9 +78,10 @@ class Run:
         return str(path)
 
 
-def train(cfg: TrainConfig) -> dict:
-    """Run GRPO until ``max_steps`` or until rlguard stops the run; return a short summary."""
-    run = setup(cfg)
+def train(cfg: TrainConfig, task: Task | None = None) -> dict:
+    """Run GRPO until ``max_steps`` or until rlguard stops the run; return a short summary.
+    ``task``: the one the command line checked already (else loaded here)."""
+    run = setup(cfg, task)
     acc, out = run.acc, run.out
     ranks = rank_sum(acc)  # the processes really talk: all-reduce of their rank ids
     bar = _progress(cfg, acc, run.start)
@@ -118,7 +119,7 @@ def train(cfg: TrainConfig) -> dict:
             "kind": stopped.kind if stopped else None, "reason": stopped.reason if stopped else None}
 
 
-def setup(cfg: TrainConfig) -> Run:
+def setup(cfg: TrainConfig, task: Task | None = None) -> Run:
     """Accelerator, task, models (policy and frozen reference), optimizer, data, rlguard."""
     from accelerate import Accelerator
     from accelerate.utils import set_seed
@@ -130,7 +131,7 @@ def setup(cfg: TrainConfig) -> Run:
     warnings.filterwarnings("ignore", message=".*deprecated and will be removed in v6")  # peft on transformers 5
     acc = Accelerator(cpu=cfg.cpu or not torch.cuda.is_available(), mixed_precision=cfg.mixed_precision)
     out = Path(cfg.output_dir)
-    task = load_task(cfg)  # a bad dataset, column or reward path fails before any model loads
+    task = task or load_task(cfg)  # a bad dataset, column or reward path fails before any model loads
     faults = Faults.for_run(cfg)
     set_seed(cfg.seed)  # identical initial weights on every rank
     tok, lm = _load_model(cfg, task)

@@ -16,15 +16,22 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
+import numbers
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Callable
 
-import torch
-
 from .config import ConfigError
+
+#: what TRL passes every reward function besides the dataset's columns
+TRL_ARGS = ("prompts", "completions", "completion_ids", "trainer_state")
+
+
+class RewardError(ConfigError):
+    """A reward function that cannot be called as TRL calls it, raised, or returned non-numbers."""
 
 
 @dataclass
@@ -94,18 +101,66 @@ def _callable_name(fn) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
+def check_signature(r: Reward, columns: list[str], where: str) -> None:
+    """Raise RewardError when ``r`` cannot be called as TRL calls it with the dataset's
+    ``columns``: a parameter no column fills (a typo, or a column the dataset lacks), or no
+    ``**kwargs`` to take the columns it does not name. Checked before any model loads."""
+    try:
+        sig = inspect.signature(r.fn)
+    except (TypeError, ValueError):
+        return  # a builtin or C callable: nothing to check before calling it
+    given = [*TRL_ARGS, *columns]
+    params = sig.parameters.values()
+    takes_rest = any(p.kind is p.VAR_KEYWORD for p in params)
+    need = [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+            and p.name not in given]
+    if need:
+        raise RewardError(f"reward function {r.name!r} needs {', '.join(map(repr, need))}, which {where} lacks; "
+                          f"it is called with {', '.join(TRL_ARGS)} and the columns: {', '.join(columns) or 'none'}")
+    named = {p.name for p in params}
+    extra = [c for c in given if c not in named]
+    if extra and not takes_rest:
+        raise RewardError(f"reward function {r.name!r} takes no {', '.join(map(repr, extra))}: TRL passes every "
+                          f"column; add **kwargs to its parameters")
+
+
 def score(rewards: list[Reward], prompts: list, completions: list[str], completion_ids: list[list[int]],
-          columns: dict[str, list], state: SimpleNamespace) -> torch.Tensor:
-    """[B, F] rewards of B completions by F functions; NaN where a function returned None."""
+          columns: dict[str, list], state: SimpleNamespace):
+    """[B, F] rewards of B completions by F functions; NaN where a function returned None.
+    A function that raises or returns something else than numbers or None is a RewardError
+    naming it (TRL refuses strings as well)."""
+    import torch
+
     conversational = bool(prompts) and isinstance(prompts[0], list)
     comps = [[{"role": "assistant", "content": c}] for c in completions] if conversational else completions
     out = torch.full((len(prompts), len(rewards)), float("nan"))
+    step = getattr(state, "global_step", None)
+    at = f" at step {step}" if step is not None else ""
     for j, r in enumerate(rewards):
-        values = r.fn(prompts=prompts, completions=comps, completion_ids=completion_ids, trainer_state=state,
-                      **columns)
-        values = list(values)
+        try:
+            values = list(r.fn(prompts=prompts, completions=comps, completion_ids=completion_ids,
+                               trainer_state=state, **columns))
+        except Exception as exc:  # noqa: BLE001 - the user's function: one line naming it
+            raise RewardError(f"reward function {r.name!r} raised{at}: {type(exc).__name__}: {exc}") from exc
         if len(values) != len(prompts):
-            raise ValueError(f"reward function {r.name!r} returned {len(values)} rewards for {len(prompts)} "
-                             "completions (one per completion is expected)")
+            raise RewardError(f"reward function {r.name!r} returned {len(values)} rewards for {len(prompts)} "
+                              "completions (one per completion is expected)")
+        bad = next((i for i, v in enumerate(values) if v is not None and not _is_number(v)), None)
+        if bad is not None:
+            raise RewardError(f"reward function {r.name!r} returned {values[bad]!r} ({type(values[bad]).__name__}) "
+                              f"for completion {bad + 1}{at}: rewards are numbers, or None for 'not applicable'")
         out[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
     return out
+
+
+def _is_number(v) -> bool:
+    """A float, int, bool (TRL takes 0/1), numpy or 0-d tensor scalar; never a string."""
+    if isinstance(v, (str, bytes)):
+        return False
+    if isinstance(v, numbers.Real):
+        return True
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True

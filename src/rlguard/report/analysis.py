@@ -12,41 +12,80 @@ import numpy as np
 from ..detectors.base import robust_sigma_of_diffs
 
 
+#: which way is better for each canonical metric: "max", "min", or "none" (no "best" at all:
+#: a grad norm, a KL, an entropy or a length is healthy in a range, not at an extreme)
+DIRECTION = {
+    "val_reward": "max", "reward_mean": "max", "pref_accuracy": "max", "pref_margin": "max",
+    "val_loss": "min", "train_loss": "min",
+    "reward_std": "none", "frac_zero_std": "none", "kl": "none", "kl_sequence": "none", "kl_coef": "none",
+    "entropy": "none", "grad_norm": "none", "lr": "none", "response_length": "none",
+    "length_clip_ratio": "none", "clip_ratio": "none", "logps_chosen": "none", "logps_rejected": "none",
+}
+_NO_BEST = ("grad_norm", "kl", "entropy", "length", "clip", "learning_rate", "lr", "std", "beta", "logps",
+            "step_time", "throughput", "tokens", "memory", "epoch", "runtime", "per_second", "samples", "_min",
+            "_max", "min_", "max_")
+_LOWER = ("loss", "perplexity", "ppl", "error", "err", "wer")
+
+
 def mode_of(metric: str) -> str:
-    """Higher is better, except for losses, perplexities and errors."""
-    low = ("loss", "perplexity", "ppl", "error", "err", "wer")
-    return "min" if any(k in metric.lower() for k in low) else "max"
+    """``max`` (higher is better), ``min`` (lower is better) or ``none`` (no better side): the
+    canonical metrics' own direction (:data:`DIRECTION`), else from the name: losses,
+    perplexities and errors are lower-is-better, norms, KLs, entropies, lengths, rates and the
+    like have no best, anything else (rewards, accuracies, scores) is higher-is-better."""
+    if metric in DIRECTION:
+        return DIRECTION[metric]
+    low = metric.lower()
+    if any(k in low for k in _LOWER):
+        return "min"
+    if any(k in low for k in _NO_BEST):
+        return "none"
+    return "max"
+
+
+def mode_words(mode: str) -> str:
+    return {"max": "higher is better", "min": "lower is better"}.get(mode, "no better side")
 
 
 def headline(steps: np.ndarray, values: np.ndarray, mode: str) -> dict:
-    """Best value and its step, final value, steps run, steps to within 1% of best."""
+    """First and final values and steps; with a direction, the best value and its step and the
+    steps to within 1% of the best (none of these for a metric with no better side)."""
     ok = np.isfinite(values)
     s, v = steps[ok], values[ok]
     if len(v) == 0:
         return {"evaluations": 0}
+    out = {"final": float(v[-1]), "final_step": int(s[-1]), "first_step": int(s[0]), "evaluations": int(len(v))}
+    if mode not in ("max", "min"):
+        return out
     i = int(np.argmax(v) if mode == "max" else np.argmin(v))
     best = float(v[i])
     tol = 0.01 * abs(best)
     near = v >= best - tol if mode == "max" else v <= best + tol
     first_near = int(s[int(np.argmax(near))])
-    return {"best": best, "best_step": int(s[i]), "final": float(v[-1]), "final_step": int(s[-1]),
-            "first_step": int(s[0]), "evaluations": int(len(v)), "steps_to_within_1pct_of_best": first_near,
+    return {"best": best, "best_step": int(s[i]), **out, "steps_to_within_1pct_of_best": first_near,
             "final_vs_best_pct": _pct(float(v[-1]), best)}
 
 
 def swings(steps: np.ndarray, values: np.ndarray) -> dict:
-    """Largest relative change between consecutive evaluations (up and down)."""
+    """Largest relative rise and fall between consecutive evaluations (a rise only where some
+    change was up, a fall only where some was down; changes from 0 have no relative size)."""
     ok = np.isfinite(values)
     s, v = steps[ok], values[ok]
     if len(v) < 2:
         return {}
-    rel = np.diff(v) / np.where(v[:-1] != 0, np.abs(v[:-1]), np.nan)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.diff(v) / np.where(v[:-1] != 0, np.abs(v[:-1]), np.nan)
+    rel[~np.isfinite(rel)] = np.nan
+    if np.isnan(rel).all():
+        return {}
     out = {}
-    for name, idx in (("largest_rise", int(np.nanargmax(rel))), ("largest_fall", int(np.nanargmin(rel)))):
+    up, down = np.where(rel > 0, rel, np.nan), np.where(rel < 0, rel, np.nan)
+    for name, part, pick in (("largest_rise", up, np.nanargmax), ("largest_fall", down, np.nanargmin)):
+        if np.isnan(part).all():
+            continue
+        idx = int(pick(part))
         out[name] = {"from_step": int(s[idx]), "to_step": int(s[idx + 1]), "from": float(v[idx]),
                      "to": float(v[idx + 1]), "pct": float(rel[idx] * 100)}
-    big = int(np.nanargmax(np.abs(rel)))
-    out["largest_swing_pct"] = float(abs(rel[big]) * 100)
+    out["largest_swing_pct"] = float(np.nanmax(np.abs(rel)) * 100)
     return out
 
 
@@ -62,7 +101,7 @@ def worst_drop(steps: np.ndarray, values: np.ndarray, mode: str) -> dict | None:
     3 sigma or recovered within two evaluations, else 'real'."""
     ok = np.isfinite(values)
     s, v = steps[ok], values[ok]
-    if len(v) < 3:
+    if len(v) < 3 or mode not in ("max", "min"):
         return None
     sign = 1.0 if mode == "max" else -1.0
     run_best = np.maximum.accumulate(sign * v) * sign

@@ -5,6 +5,7 @@ import json
 import math
 from pathlib import Path
 
+from ..errors import InputError
 from ..rulespec import load_packs
 from .analysis import change_points, headline, mode_of, noise_sigma, swings, worst_drop
 from .compare import duplicate_runs, side_by_side, summary
@@ -17,6 +18,8 @@ def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = 
     taken: set[str] = set()
     runs = [load_run(p, packs, taken=taken) for p in paths]
     base_run, base_value = _baseline(baseline, runs, packs, taken)
+    if metrics:
+        _check_metrics(metrics, runs)
     watched = metrics or _watched(runs)
     report = {"version": 1, "runs": [run_section(r, watched) for r in runs], "metrics": watched}
     if len(runs) > 1:
@@ -24,30 +27,49 @@ def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = 
                                 if sum(m in r.series for r in runs) > 1}
     report["findings"] = duplicate_runs(runs) + _regressions(runs, watched, base_run, base_value)
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if plots:
-        from .plots import plot_metrics
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        if plots:
+            from .plots import plot_metrics
 
-        report["plots"] = plot_metrics(runs, report, out / "plots")
-    (out / "report.json").write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n")
-    from .markdown import render
+            report["plots"] = plot_metrics(runs, report, out / "plots")
+        (out / "report.json").write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n")
+        from .markdown import render
 
-    (out / "report.md").write_text(render(report))
+        (out / "report.md").write_text(render(report))
+    except OSError as exc:
+        raise InputError(f"cannot write the report there: {exc.strerror or exc}", path=str(out),
+                         field="--out") from None
     return report
 
 
+def _check_metrics(metrics: list[str], runs: list[RunData]) -> None:
+    """``--metric`` names a metric of at least one run (canonical or raw name)."""
+    present = sorted({m for r in runs for m in r.series})
+    missing = [m for m in metrics if m not in present]
+    if missing:
+        import difflib
+
+        close = [c for m in missing for c in difflib.get_close_matches(m, present, n=1)]
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise InputError(f"no metric {', '.join(map(repr, missing))} in the run(s){hint}; metrics present: "
+                         f"{', '.join(present) or 'none'}", field="--metric")
+
+
 def _watched(runs: list[RunData]) -> list[str]:
-    """Evaluation metrics of the runs; training reward/loss when a run has no evaluations."""
+    """Evaluation metrics of the runs that have a better side (not eval runtimes, lengths, KLs:
+    see :func:`mode_of`); training reward/loss when a run has no such evaluations."""
     seen: list[str] = []
     for r in runs:
-        for m in r.eval_metrics() or [m for m in ("reward_mean", "train_loss") if m in r.series]:
+        evals = [m for m in r.eval_metrics() if mode_of(m) != "none"]
+        for m in evals or [m for m in ("reward_mean", "train_loss") if m in r.series]:
             if m not in seen:
                 seen.append(m)
     return seen
 
 
 def run_section(r: RunData, watched: list[str]) -> dict:
-    sec = {"name": r.name, "path": r.path, "format": r.fmt, "steps": list(r.steps) if r.steps else None,
+    sec = {"name": r.name, "path": r.path, "log": r.log or r.path, "format": r.fmt, "steps": list(r.steps) if r.steps else None,
            "config": r.config, "metrics": {}}
     for m in watched:
         if m not in r.series:
@@ -71,7 +93,8 @@ def _decision(r: RunData) -> dict:
     saved = max(0, last - a.step)
     secs = r.step_seconds()
     return {"stop": a.step, "kind": a.kind, "rule": a.rule, "reason": a.message, "keep_checkpoint_step": a.checkpoint_step,
-            "steps_saved": saved, "time_saved_s": saved * secs if secs else None}
+            "last_step": last, "stopped_here": saved == 0, "steps_saved": saved,
+            "time_saved_s": saved * secs if secs else None}
 
 
 def _baseline(baseline, runs, packs, taken):
@@ -110,7 +133,7 @@ def _run_regressions(r, watched, base_run, base_value) -> list[dict]:
             continue
         mode = mode_of(m)
         h = headline(*r.series[m], mode)
-        if not h.get("evaluations"):
+        if not h.get("evaluations") or mode == "none":
             continue
         ref = base_value
         if base_run is not None and m in base_run.series:

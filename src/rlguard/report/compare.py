@@ -27,7 +27,7 @@ def side_by_side(runs: list[RunData], metric: str) -> dict:
         if runs[0].name in vals:
             ref = vals[runs[0].name]
             row["diff_vs_first"] = {n: v - ref for n, v in vals.items() if n != runs[0].name}
-        if len(vals) > 1:
+        if len(vals) > 1 and mode != "none":
             row["winner"] = (max if mode == "max" else min)(vals, key=vals.get)
         rows.append(row)
     return {"metric": metric, "mode": mode, "rows": rows}
@@ -38,7 +38,7 @@ def summary(runs: list[RunData], metric: str) -> dict:
     mode = mode_of(metric)
     heads = {r.name: headline(*r.series[metric], mode) for r in runs if metric in r.series}
     heads = {n: h for n, h in heads.items() if h.get("evaluations")}
-    if len(heads) < 2:
+    if len(heads) < 2 or mode == "none":
         return {}
     first = runs[0].name
     better = max if mode == "max" else min
@@ -59,14 +59,49 @@ def summary(runs: list[RunData], metric: str) -> dict:
 
 
 def duplicate_runs(runs: list[RunData]) -> list[dict]:
-    """``duplicate_run`` findings for every pair of runs (see the module docstring)."""
+    """``duplicate_run`` findings for every pair of runs (see the module docstring); a pair that
+    is identical up to some step and then diverges (the same seed, a change that acts later) is
+    a ``diverged`` finding instead, unless evaluations after the divergence still match."""
     findings = []
     for i, a in enumerate(runs):
         for b in runs[i + 1:]:
+            last_same, first_diff, metric = divergence(a, b)
+            if last_same is not None and first_diff is not None:
+                findings.append(_identical_evals(a, b, since=first_diff) or {
+                    "kind": "diverged", "runs": [a.name, b.name], "identical_until": last_same,
+                    "diverge_at": first_diff, "metric": metric,
+                    "message": f"{a.name} and {b.name} are identical up to step {last_same}, then diverge "
+                               f"(step {first_diff}, first in {metric}): the same start, not the same run"})
+                continue
             f = _identical_evals(a, b) or _indistinguishable(a, b)
             if f:
                 findings.append(f)
     return findings
+
+
+def divergence(a: RunData, b: RunData) -> tuple[int | None, int | None, str | None]:
+    """Over the steps both runs logged, in step order: the last step up to which every shared
+    series agreed, the first step where one differs, and that series (None where none)."""
+    diff_at: dict[int, str] = {}
+    same_steps: set[int] = set()
+    for m in sorted(set(a.series) & set(b.series)):
+        da, db = _by_step(a.series[m]), _by_step(b.series[m])
+        for s in set(da) & set(db):
+            x, y = da[s], db[s]
+            if x == y or (math.isnan(x) and math.isnan(y)) or abs(x - y) <= 1e-9 * max(1.0, abs(x), abs(y)):
+                same_steps.add(s)
+            elif s not in diff_at or m < diff_at[s]:
+                diff_at[s] = m
+    if not diff_at:
+        return (max(same_steps) if same_steps else None), None, None
+    first = min(diff_at)
+    before = [s for s in same_steps if s < first]
+    return (max(before) if before else None), first, diff_at[first]
+
+
+def _by_step(series) -> dict[int, float]:
+    steps, values = series
+    return dict(zip((int(s) for s in steps.tolist()), (float(v) for v in values.tolist())))
 
 
 def _config_diff(a: RunData, b: RunData) -> dict:
@@ -75,13 +110,14 @@ def _config_diff(a: RunData, b: RunData) -> dict:
     return {k: [a.config.get(k), b.config.get(k)] for k in sorted(keys - skip) if a.config.get(k) != b.config.get(k)}
 
 
-def _identical_evals(a: RunData, b: RunData) -> dict | None:
+def _identical_evals(a: RunData, b: RunData, since: int | None = None) -> dict | None:
+    """Every evaluation value both runs have (at steps >= ``since``) is the same."""
     shared = [m for m in a.eval_metrics() if m in b.series]
     pairs = []
     for m in shared:
         sa, va = a.series[m]
         sb, vb = b.series[m]
-        common = sorted(set(sa.tolist()) & set(sb.tolist()))
+        common = sorted(s for s in set(sa.tolist()) & set(sb.tolist()) if since is None or s >= since)
         da, db = dict(zip(sa.tolist(), va.tolist())), dict(zip(sb.tolist(), vb.tolist()))
         pairs += [(da[s], db[s]) for s in common]
     if len(pairs) < 2:

@@ -34,6 +34,7 @@ class RunData:
     stop: Decision | None = None
     config: dict = field(default_factory=dict)
     steps: tuple[int, int] | None = None
+    log: str = ""  # the file read, where ``path`` is a run directory
 
     def eval_metrics(self) -> list[str]:
         """Canonical evaluation metrics first, then any other eval/val/test series."""
@@ -56,7 +57,7 @@ def load_run(path: str, packs: list[RulePack], baselines: dict[str, float] | Non
     log = resolve_log(path)
     reader = open_reader(log)
     records = list(reader.records(log))
-    name = run_name(path)
+    name = tracker_name(log, reader.name) or run_name(path)
     if taken is not None:
         base, k = name, 2
         while name in taken:
@@ -67,8 +68,22 @@ def load_run(path: str, packs: list[RulePack], baselines: dict[str, float] | Non
     series = {n: (c.steps, c.values) for n, c in (chunk.columns.items() if chunk else [])}
     wd = Watchdog(packs=packs, run=name, baselines=baselines or {})
     wd.ingest(records)
-    steps = (records[0].step, records[-1].step) if records else None
-    return RunData(name, str(path), reader.name, series, wd.alerts, wd.stop_decision, _config(log), steps)
+    steps = (min(r.step for r in records), max(r.step for r in records)) if records else None
+    return RunData(name, str(path), reader.name, series, wd.alerts, wd.stop_decision, _config(log), steps, str(log))
+
+
+def tracker_name(log: str, fmt: str) -> str | None:
+    """The name a tracker gave the run (W&B's display name or id, MLflow's run name), where
+    the folder says nothing (``wandb``, a run-id hash)."""
+    if fmt == "wandb":
+        from ..sources.wandb_run import run_title
+
+        return run_title(log)
+    if fmt == "mlflow":
+        from ..sources.mlflow_run import run_title
+
+        return run_title(log)
+    return None
 
 
 def _config(log: str) -> dict:

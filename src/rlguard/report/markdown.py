@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..detectors.base import fmt
+from .analysis import mode_words
 
 
 def render(rep: dict) -> str:
@@ -29,22 +30,25 @@ def _comparison(rep: dict) -> list[str]:
     for m, comp in rep["comparison"].items():
         s, t = comp["summary"], comp["table"]
         names = [r["name"] for r in rep["runs"]]
-        out += [f"### {m} ({'higher' if t['mode'] == 'max' else 'lower'} is better)", ""]
-        out.append("| step | " + " | ".join(names) + (" | difference | winner |" if len(names) == 2 else " | winner |"))
-        out.append("|---" * (len(names) + (3 if len(names) == 2 else 2)) + "|")
+        out += [f"### {m} ({mode_words(t['mode'])})", ""]
+        extra = (["difference"] if len(names) == 2 else []) + (["winner"] if t["mode"] != "none" else [])
+        out.append("| " + " | ".join(["step", *names, *extra]) + " |")
+        out.append("|---" * (1 + len(names) + len(extra)) + "|")
         for row in t["rows"]:
             cells = [fmt(row["values"][n]) if n in row["values"] else "" for n in names]
-            diff = []
             if len(names) == 2:
                 d = row.get("diff_vs_first", {}).get(names[1])
-                diff = [f"{d:+.4g}" if d is not None else ""]
-            out.append(f"| {row['step']} | " + " | ".join(cells + diff + [row.get("winner", "")]) + " |")
+                cells.append(f"{d:+.4g}" if d is not None else "")
+            if t["mode"] != "none":
+                cells.append(row.get("winner", ""))
+            out.append(f"| {row['step']} | " + " | ".join(cells) + " |")
         out.append("")
         for n, gap in s.get("gap_vs_first_pct", {}).items():
             sooner = s["best_step_vs_first"][n]
             when = (f"{-sooner} steps sooner" if sooner < 0 else f"{sooner} steps later" if sooner > 0
                     else "at the same step")
-            out.append(f"- `{n}` vs `{names[0]}`: best {gap:+.1f}%; reached its best {when}.")
+            gap_words = "n/a (the first run's best is 0)" if gap is None else f"{gap:+.1f}%"
+            out.append(f"- `{n}` vs `{names[0]}`: best {gap_words}; reached its best {when}.")
         for dim, who in s.get("winners", {}).items():
             out.append(f"- winner on {dim}: `{who}`")
         out.append("")
@@ -52,17 +56,21 @@ def _comparison(rep: dict) -> list[str]:
 
 
 def _run(r: dict) -> list[str]:
-    out = [f"## Run `{r['name']}`", "", f"Log: `{r['path']}` ({r['format']}), steps {r['steps'][0]}..{r['steps'][1]}"
-           if r["steps"] else f"Log: `{r['path']}`", ""]
+    read = f"; read `{r['log']}`" if r.get("log") and r["log"] != r["path"] else ""
+    out = [f"## Run `{r['name']}`", "", f"Log: `{r['path']}` ({r['format']}{read}), steps {r['steps'][0]}.."
+           f"{r['steps'][1]}" if r["steps"] else f"Log: `{r['path']}`{read}", ""]
     if r["metrics"]:
-        out += ["| metric | best | at step | final | steps to within 1% of best | largest swing | noise sigma |",
-                "|---|---|---|---|---|---|---|"]
+        out += ["| metric | direction | best | at step | final | steps to within 1% of best | largest swing | "
+                "noise sigma |", "|---|---|---|---|---|---|---|---|"]
         for m, s in r["metrics"].items():
             if not s.get("evaluations"):
                 continue
             sw = s["swings"].get("largest_swing_pct")
-            out.append(f"| {m} | {fmt(s['best'])} | {s['best_step']} | {fmt(s['final'])} | "
-                       f"{s['steps_to_within_1pct_of_best']} | {'' if sw is None else f'{sw:.1f}%'} | "
+            has_best = "best" in s
+            out.append(f"| {m} | {mode_words(s['mode'])} | {fmt(s['best']) if has_best else '-'} | "
+                       f"{s['best_step'] if has_best else '-'} | {fmt(s['final'])} | "
+                       f"{s['steps_to_within_1pct_of_best'] if has_best else '-'} | "
+                       f"{'' if sw is None else f'{sw:.1f}%'} | "
                        f"{fmt(s['noise_sigma']) if s['noise_sigma'] else 'n/a'} |")
         out.append("")
         for m, s in r["metrics"].items():
@@ -77,8 +85,12 @@ def _run(r: dict) -> list[str]:
     else:
         keep = f"; keep the checkpoint of step {d['keep_checkpoint_step']}" if d["keep_checkpoint_step"] is not None else ""
         t = f" (about {d['time_saved_s'] / 3600:.1f} h)" if d.get("time_saved_s") else ""
-        out.append(f"- rlguard would have stopped at step {d['stop']} ({d['kind']}){keep}: {d['steps_saved']} steps "
-                   f"saved{t}.")
+        if d.get("stopped_here"):
+            out.append(f"- the run was stopped at step {d['stop']} ({d['kind']}), where its log ends: rlguard "
+                       f"(or someone) stopped it live{keep}.")
+        else:
+            out.append(f"- rlguard would have stopped at step {d['stop']} ({d['kind']}){keep}: {d['steps_saved']} "
+                       f"steps of the {d['last_step']} logged would have been saved{t}.")
         out.append(f"- reason: {d['reason']}")
     out.append("")
     return out
@@ -87,10 +99,10 @@ def _run(r: dict) -> list[str]:
 def _metric_notes(m: str, s: dict) -> list[str]:
     out = []
     sw = s["swings"]
-    if sw:
-        fall, rise = sw["largest_fall"], sw["largest_rise"]
-        out.append(f"- {m}: largest fall {fall['pct']:+.1f}% (step {fall['from_step']} -> {fall['to_step']}), "
-                   f"largest rise {rise['pct']:+.1f}% (step {rise['from_step']} -> {rise['to_step']}).")
+    moves = [f"largest {word} {sw[key]['pct']:+.1f}% (step {sw[key]['from_step']} -> {sw[key]['to_step']})"
+             for key, word in (("largest_fall", "fall"), ("largest_rise", "rise")) if key in sw]
+    if moves:
+        out.append(f"- {m}: {', '.join(moves)}.")
     wd = s.get("worst_drop")
     if wd:
         z = f"{wd['z']:.1f} sigma" if wd["z"] is not None else "noise unknown"

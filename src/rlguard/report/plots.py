@@ -19,6 +19,8 @@ def plot_metrics(runs: list[RunData], report: dict, folder: Path) -> dict[str, s
     sections = {r["name"]: r for r in report["runs"]}
     out = {}
     for m in report["metrics"]:
+        if not any(m in run.series for run in runs):
+            continue
         fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
         for i, run in enumerate(runs):
             if m not in run.series:
@@ -27,7 +29,9 @@ def plot_metrics(runs: list[RunData], report: dict, folder: Path) -> dict[str, s
             steps, values = run.series[m]
             ax.plot(steps, values, marker="o", ms=3.5, lw=1.6, color=color, label=run.name)
             _marks(ax, sections[run.name], m, color, run)
-        ax.set_title(f"{m}")
+        if spans_decades([run.series[m][1] for run in runs if m in run.series]):
+            ax.set_yscale("log")  # one spike would flatten everything else on a linear axis
+        ax.set_title(f"{m}" + (" (log scale)" if ax.get_yscale() == "log" else ""))
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
         ax.legend(loc="best", fontsize=8)
@@ -39,9 +43,18 @@ def plot_metrics(runs: list[RunData], report: dict, folder: Path) -> dict[str, s
     return out
 
 
+def spans_decades(series: list, decades: float = 2.0) -> bool:
+    """All finite values positive, the largest at least 10**decades times the smallest."""
+    import numpy as np
+
+    v = np.concatenate([np.asarray(x, dtype=float) for x in series]) if series else np.array([])
+    v = v[np.isfinite(v)]
+    return bool(len(v) > 1 and (v > 0).all() and v.max() >= 10 ** decades * v.min())
+
+
 def _marks(ax, sec: dict, m: str, color: str, run: RunData) -> None:
     s = sec["metrics"].get(m, {})
-    if s.get("evaluations"):
+    if "best" in s:
         ax.plot([s["best_step"]], [s["best"]], marker="*", ms=15, color=color, mec="black",
                 label=f"{run.name} best {s['best']:.4g} @ {s['best_step']}")
     for c in s.get("change_points", []):

@@ -103,44 +103,17 @@ def detect_format(path: str | os.PathLike[str]) -> str:
                          f"known formats: {_known()}", path=path)
 
 
-#: Files looked for, in order, when a run directory is given instead of a log file.
-RUN_DIR_LOGS = ("metrics.jsonl", "trainer_state.json", "train.log", "log.txt", "output.log")
-
-
 def resolve_log(path: str | os.PathLike[str]) -> str:
-    """``path`` itself for a file or an MLflow server location; for a run directory, its log:
-    the first of :data:`RUN_DIR_LOGS` found, else the ``trainer_state.json`` of its newest
-    ``checkpoint-N`` folder, else its newest TensorBoard event file, else (a W&B run
-    directory, or a ``wandb/`` folder: its ``latest-run``) the run's ``.wandb`` file, else
-    the directory itself if it is an MLflow file-store run. Raises LogFormatError saying
-    what was looked for."""
+    """``path`` itself for a file or an MLflow server location; for a run directory, its log
+    (see :mod:`.rundir`: the newest of its trainer_state/TensorBoard files, never rlguard's own
+    ``*.rlguard`` files; a W&B or MLflow run). Raises LogFormatError saying what was looked
+    for, or listing the runs of an MLflow experiment directory."""
     path = os.fspath(path)
     if not os.path.isdir(path):
         return path
-    for name in RUN_DIR_LOGS:
-        cand = os.path.join(path, name)
-        if os.path.isfile(cand):
-            return cand
-    ckpts = []
-    for entry in os.listdir(path):
-        head, _, num = entry.partition("-")
-        if head == "checkpoint" and num.isdigit():
-            cand = os.path.join(path, entry, "trainer_state.json")
-            if os.path.isfile(cand):
-                ckpts.append((int(num), cand))
-    if ckpts:
-        return max(ckpts)[1]
-    events = sorted(e for e in os.listdir(path) if e.startswith("events.out.tfevents."))
-    if events:
-        return os.path.join(path, events[-1])  # the newest: names start with a timestamp
-    wandb = _wandb_file(path)
-    if wandb:
-        return wandb
-    if _mlflow_run_dir(path):
-        return path
-    raise LogFormatError("a directory with no training log: looked for " + ", ".join(RUN_DIR_LOGS)
-                         + ", checkpoint-*/trainer_state.json, events.out.tfevents.*, a W&B run "
-                         "(run-*.wandb, latest-run/) and an MLflow run (meta.yaml + metrics/)", path=path)
+    from .rundir import choose_log
+
+    return choose_log(path).log
 
 
 def _wandb_file(path: str) -> str | None:

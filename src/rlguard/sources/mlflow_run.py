@@ -308,3 +308,21 @@ def _unique(runs: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def _value(v: float) -> float:
     return v if abs(v) != _SQL_INF else v * float("inf")
+
+
+def run_title(run: str) -> str | None:
+    """The run name of an MLflow run: a file-store run directory (its ``meta.yaml``, else the
+    ``mlflow.runName`` tag) or a server location (``mlflow+<uri>/runs/<id>``); None when it
+    has none or the server does not say."""
+    if is_location(run):
+        try:
+            uri, run_id = parse_location(run)
+            with _client(uri, run) as client:
+                return client.get_run(run_id).info.run_name or None
+        except (LogFormatError, ValueError):
+            return None
+    import yaml
+
+    meta = _meta(run, yaml)
+    name = _run_name(run, meta) if meta else None
+    return name if name and name != os.path.basename(run) else None

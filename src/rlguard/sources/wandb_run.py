@@ -308,3 +308,24 @@ class _Rows:
         else:
             note_bad(self.stats, n, f"value of {key!r} is not a number: {short(text)}", value=True)
 
+
+
+def run_title(path: str, max_records: int = 200) -> str | None:
+    """The run's name as W&B shows it (``display_name``, else its id) from the ``run`` record
+    near the start of ``path``; None when there is none or the file cannot be read."""
+    try:
+        cls = record_class(path)
+        with open_binary(path) as f:
+            for i, (_n, payload) in enumerate(_Scanner(f, path, ReadStats(), offset=0)):
+                rec = cls()
+                try:
+                    rec.ParseFromString(payload)
+                except Exception:  # noqa: BLE001 - protobuf's DecodeError and friends
+                    continue
+                if rec.WhichOneof("record_type") == "run":
+                    return rec.run.display_name or rec.run.run_id or None
+                if i >= max_records:
+                    break
+    except (OSError, LogFormatError):
+        return None
+    return None

@@ -1,0 +1,140 @@
+"""Which log of a run directory ``rlguard check`` and ``rlguard report`` read.
+
+A trainer's output directory can hold the same run several times over: a transformers/TRL
+output dir has ``checkpoint-N/trainer_state.json`` (written at each checkpoint), maybe a
+top-level ``trainer_state.json`` (``save_state()``) and TensorBoard events under
+``runs/<stamp>/`` (written at every logging step). A run killed between checkpoints has its
+last steps only in TensorBoard; a run killed before its first checkpoint has nothing else.
+So of those, the file written last is read (the newest data; TensorBoard on a tie), and the
+others are named, so a user sees what was read and what else was there.
+
+Order: the bundled trainer's ``metrics.jsonl``; else the newest of the trainer/TensorBoard
+candidates (``trainer_state.json``, the newest ``checkpoint-N/trainer_state.json``, event
+files in the directory, in ``runs/*/`` and, for ``OUTPUT_DIR/runs`` itself, in ``*/``; never
+rlguard's own ``*.rlguard`` alert files); else a console log (``train.log``, ``log.txt``,
+``output.log``); else a W&B run (``latest-run``); else an MLflow file-store run. An MLflow
+experiment or store directory is an error listing its runs.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from ..errors import LogFormatError
+
+PRIMARY = "metrics.jsonl"
+CONSOLE = ("train.log", "log.txt", "output.log")
+_TB = "events.out.tfevents."
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The log to read in a run directory, and the other logs of the same run found there."""
+
+    log: str
+    others: list[str] = field(default_factory=list)
+
+    def note(self, root: str) -> str | None:
+        """One line for the user when there was a choice, or None."""
+        if not self.others:
+            return None
+        rel = [os.path.relpath(p, root) for p in self.others]
+        return (f"read {os.path.relpath(self.log, root)} (written last: the newest data); also there: "
+                + ", ".join(rel))
+
+
+def choose_log(path: str) -> Chosen:
+    """The log to read for run directory ``path`` (see the module docstring)."""
+    top = os.path.join(path, PRIMARY)
+    if os.path.isfile(top):
+        return Chosen(top)
+    cands = _trainer_logs(path)
+    if cands:
+        newest = max(cands, key=_freshness)
+        return Chosen(newest, sorted(c for c in cands if c != newest))
+    for name in CONSOLE:
+        cand = os.path.join(path, name)
+        if os.path.isfile(cand):
+            return Chosen(cand)
+    from . import _wandb_file
+    from .mlflow_run import is_run_dir
+
+    wandb = _wandb_file(path)
+    if wandb:
+        return Chosen(wandb)
+    if is_run_dir(path):
+        return Chosen(path)
+    raise LogFormatError(_nothing_found(path), path=path)
+
+
+def is_tb_file(name: str) -> bool:
+    """A TensorBoard event file with metrics (not rlguard's own ``*.rlguard`` alert file)."""
+    return name.startswith(_TB) and not name.endswith(".rlguard")
+
+
+def _trainer_logs(path: str) -> list[str]:
+    out = []
+    top = os.path.join(path, "trainer_state.json")
+    if os.path.isfile(top):
+        out.append(top)
+    ckpts = []
+    for entry in _listdir(path):
+        head, _, num = entry.partition("-")
+        cand = os.path.join(path, entry, "trainer_state.json")
+        if head == "checkpoint" and num.isdigit() and os.path.isfile(cand):
+            ckpts.append((int(num), cand))
+    if ckpts:
+        out.append(max(ckpts)[1])
+    folders = [path, *_subdirs(os.path.join(path, "runs"))]
+    if os.path.basename(os.path.normpath(path)) == "runs":  # OUTPUT_DIR/runs, as given to tensorboard
+        folders += _subdirs(path)
+    events = [os.path.join(d, n) for d in folders for n in _listdir(d) if is_tb_file(n)]
+    if events:
+        out.append(max(events, key=_freshness))
+    return out
+
+
+def _freshness(p: str) -> tuple[int, int, str]:
+    """Written last first; TensorBoard (every logging step) over a trainer_state written at the same time."""
+    try:
+        mtime = os.stat(p).st_mtime_ns
+    except OSError:
+        mtime = -1
+    return mtime, int(os.path.basename(p).startswith(_TB)), p
+
+
+def _listdir(d: str) -> list[str]:
+    try:
+        return sorted(os.listdir(d))
+    except OSError:
+        return []
+
+
+def _subdirs(d: str) -> list[str]:
+    return [os.path.join(d, n) for n in _listdir(d) if os.path.isdir(os.path.join(d, n))]
+
+
+def _nothing_found(path: str) -> str:
+    runs = _mlflow_runs(path)
+    if runs:
+        shown = ", ".join(f"{os.path.relpath(d, path)} ({name})" for name, d in runs[:10])
+        more = f" and {len(runs) - 10} more" if len(runs) > 10 else ""
+        return (f"an MLflow experiment or store, not one run: give one of its {len(runs)} run "
+                f"directories: {shown}{more}")
+    return ("a directory with no training log: looked for metrics.jsonl, trainer_state.json, "
+            "checkpoint-*/trainer_state.json, events.out.tfevents.* (here, in runs/*/), "
+            + ", ".join(CONSOLE) + ", a W&B run (run-*.wandb, latest-run/) and an MLflow run "
+            "(meta.yaml + metrics/)")
+
+
+def _mlflow_runs(path: str) -> list[tuple[str, str]]:
+    """(name, run dir) of the MLflow runs in experiment dir ``path`` or in a store root."""
+    from .mlflow_run import is_run_dir, run_title
+
+    found = []
+    for d in _subdirs(path):
+        if is_run_dir(d):
+            found.append((run_title(d) or os.path.basename(d), d))
+        elif os.path.isfile(os.path.join(d, "meta.yaml")):  # an experiment of a store root
+            found += [(run_title(r) or os.path.basename(r), r) for r in _subdirs(d) if is_run_dir(r)]
+    return found
