@@ -118,3 +118,41 @@ def test_an_internal_error_has_its_own_exit_code(tmp_path, monkeypatch):
     monkeypatch.delenv("RLGUARD_DEBUG", raising=False)
     code = cli.main(["check", str(p)])
     assert code == cli.INTERNAL_ERROR == 3
+
+
+_PEAK = """
+import resource, sys
+from rlguard.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+"""
+
+
+def peak_mb(*args) -> tuple[float, str]:
+    """Peak RSS of ``rlguard ARGS`` run in a process of its own (MB), and its stderr."""
+    r = subprocess.run([sys.executable, "-c", _PEAK, *map(str, args)], capture_output=True, text=True, timeout=120)
+    kb = int(r.stderr.rsplit("PEAK_KB", 1)[1].split()[0])
+    return kb / 1024, r.stderr
+
+
+@pytest.mark.parametrize("where", ["jsonl", "trainer_state"])
+def test_a_long_line_with_brackets_costs_memory_bounded_by_the_line_cap(tmp_path, where):
+    """The nesting pre-check once took ~128 bytes of memory per byte of one long line (a 15 MB
+    line with 70 brackets: 1.87 GB in `check`); the chart's pod has 1 Gi. Now a constant scan."""
+    base, _ = peak_mb("check", tmp_path / "absent.jsonl")  # the interpreter and rlguard imported
+    blob = "a" * 15_000_000
+    if where == "jsonl":
+        path = tmp_path / "metrics.jsonl"
+        path.write_text(lines(GOOD) + '{"step": 6, "loss": 0.5, "note": "' + blob + '", "x": '
+                        + "[" * 35 + "]" * 35 + "}\n" + lines(GOOD[:1]))
+    else:
+        path = tmp_path / "trainer_state.json"
+        rows = [dict(r, note=blob if r["step"] == 3 else "[" * 70) for r in GOOD]
+        path.write_text(json.dumps({"global_step": 5, "log_history": rows}))
+    peak, err = peak_mb("check", path)
+    assert "Traceback" not in err
+    # the line itself, its decoded text and the parsed value: a few times 15 MB, never 100 times
+    assert peak - base < 200, f"{peak - base:.0f} MB over the {base:.0f} MB baseline"

@@ -240,7 +240,7 @@ class RunMonitor:
                 log.warning("[%s] %s: %s", self.run, NO_DIR, decision.reason)
             return False
         try:
-            if not write_stop_request(self.run_dir, body):
+            if not write_stop_request(self.run_dir, body, below=self.found.root or None):
                 return False
         except OSError as exc:
             log.error("[%s] could not write the stop request into %s: %s", self.run, self.run_dir,

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import asdict, dataclass, field, fields
 
 from ..errors import LogFormatError
@@ -140,13 +141,21 @@ class FileTail:
         except OSError as exc:
             out.error = f"{st.path}: cannot stat: {exc.strerror or exc}"
             return out
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            # a FIFO or a device: open() could block the poll (and the daemon's lock) for ever
+            out.error = f"{st.path}: not a regular file (a FIFO, socket or device): not read"
+            return out
         try:
             if st.fmt is None:
-                if info.st_size == 0:
+                if info.st_size == 0 and not stat.S_ISDIR(info.st_mode):
                     return out
                 st.fmt = detect_format(st.path)
             reader = self._reader_for(st.fmt)
-            if st.compressed is None:
+            if stat.S_ISDIR(info.st_mode):  # a run that is a directory (an MLflow file store run)
+                st.compressed = False
+                if reader.follow != "whole":
+                    raise LogFormatError(f"a directory, not a {st.fmt} log", path=st.path)
+            elif st.compressed is None:
                 with open(st.path, "rb") as f:
                     st.compressed = f.read(2) == GZIP_MAGIC
             if reader.follow == "whole" or st.compressed:  # a .gz is rewritten, never appended
