@@ -4,6 +4,7 @@ with the bad record counted), a quadratic-regex line, a gzip bomb, an internal e
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import subprocess
 import sys
@@ -156,3 +157,50 @@ def test_a_long_line_with_brackets_costs_memory_bounded_by_the_line_cap(tmp_path
     assert "Traceback" not in err
     # the line itself, its decoded text and the parsed value: a few times 15 MB, never 100 times
     assert peak - base < 200, f"{peak - base:.0f} MB over the {base:.0f} MB baseline"
+
+
+@pytest.mark.parametrize("fill, fmt", [(b"\n", None), (b"\n", "verl_jsonl"), (b"\0", "tensorboard")])
+def test_a_bomb_of_newlines_or_zeros_is_refused_in_seconds(tmp_path, fill, fmt):
+    """256 MB of blank lines (or zeros) from ~250 KB: refused by the inflation ratio once 1 MB
+    are out, not after reading up to the 256 MB cap line by line (55 s; verl_jsonl over 200 s,
+    zeros as tensorboard 88 s)."""
+    bomb = tmp_path / ("events.out.tfevents.1.host.gz" if fmt == "tensorboard" else "metrics.jsonl.gz")
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(b'{"step": 1, "loss": 0.5}\n')
+        for _ in range(16):
+            f.write(fill * (1 << 24))
+    t0 = time.perf_counter()
+    r = check(bomb, *(["--input-format", fmt] if fmt else []))
+    assert time.perf_counter() - t0 < 15
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "gzip bomb" in r.stderr or fmt == "tensorboard"  # zeros are no TFRecord: refused as such
+
+
+def test_the_daemon_reads_a_failed_gzip_once_until_it_changes(tmp_path):
+    """A followed .jsonl.gz swapped for a bomb was read again at every poll (a core at 100% for
+    good, /metrics unanswerable); the failed read is remembered until the file changes."""
+    from rlguard.daemon.config import DaemonConfig
+    from rlguard.daemon.service import Daemon
+
+    log = tmp_path / "runs" / "r" / "train.jsonl.gz"
+    log.parent.mkdir(parents=True)
+    with gzip.open(log, "wt") as f:
+        f.write(lines(GOOD))
+    d = Daemon(DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0),
+               clock=lambda: 1000.0)
+    d.poll()
+    (mon,) = d.runs.values()
+    assert mon.info.last_step == 5
+    tmp = log.with_name(".swap.gz")
+    with gzip.open(tmp, "wb") as f:
+        f.write(b'{"step": 1, "loss": 0.5}\n' + b"\n" * (64 << 20))
+    os.replace(tmp, log)
+    t0 = time.perf_counter()
+    d.poll()
+    first = time.perf_counter() - t0
+    assert "gzip bomb" in (mon.info.last_error or "")
+    t0 = time.perf_counter()
+    for _ in range(3):
+        d.poll()
+    assert time.perf_counter() - t0 < max(0.5, first / 4)  # not read again
+    assert mon.info.parse_errors == 1

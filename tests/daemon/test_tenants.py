@@ -157,3 +157,33 @@ def test_a_run_dir_swapped_for_a_link_below_the_root_is_refused(tmp_path):
     assert write_stop_request(other, {"reason": "x"}) and not write_stop_request(other, {"reason": "y"})
     assert json.loads((other / "RLGUARD_STOP").read_text()) == {"reason": "x"}
     assert sorted(os.listdir(other)) == ["RLGUARD_STOP"]  # no temp file left
+
+
+def test_a_log_swapped_for_a_fifo_never_blocks_the_daemon(tmp_path, daemon_factory):
+    """A followed log replaced by a FIFO once blocked the poll in open() holding the daemon's
+    lock: no run judged, /metrics timing out, SIGTERM only via the forced exit."""
+    swapped = tmp_path / "runs" / "a" / "metrics.jsonl"
+    other = tmp_path / "runs" / "b" / "metrics.jsonl"
+    append(swapped, healthy(1, 5))
+    append(other, healthy(1, 5))
+    d = daemon_factory().start()
+    d.wait_for(lambda: 'rlguard_run_last_step{run="a"} 5.0' in d.metrics(), "run a not read")
+    swapped.unlink()
+    os.mkfifo(swapped)
+    time.sleep(1.0)  # polls over the FIFO
+    append(other, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(6, 13)])
+    d.wait_for(lambda: 'rlguard_run_last_step{run="b"} 12.0' in d.metrics(), "the other run is no longer judged",
+               timeout=10)
+    assert "FIFO" in d.log.read_text()
+    t0 = time.monotonic()
+    assert d.stop() == 0 and time.monotonic() - t0 < 5
+    assert "did not finish within 10 s" not in d.log.read_text()
+
+
+def test_check_on_a_fifo_is_one_line_not_a_hang(tmp_path):
+    fifo = tmp_path / "metrics.jsonl"
+    os.mkfifo(fifo)
+    r = subprocess.run([sys.executable, "-m", "rlguard", "check", str(fifo)], capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "FIFO" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1

@@ -122,6 +122,8 @@ class RunMonitor:
         p.events[:0] = events
         if p.error:
             self.info.parse_errors += 1
+            if self.info.last_error != p.error:  # once per distinct error, not every poll
+                log.warning("[%s] %s", self.run, p.error)
             self.info.last_error = p.error
         self.info.parse_errors += p.bad
         if p.records:

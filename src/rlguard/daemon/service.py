@@ -216,6 +216,8 @@ class Daemon:
                     self.dispatcher.save_state()
                 except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watch
                     self._problem("notifications", f"notification state not writable: {exc}")
+                else:
+                    self._problem("notifications", None)
 
     def _held(self) -> set[str]:
         """Runs with alerts held only in memory (the outbox could not take them). Their state is
