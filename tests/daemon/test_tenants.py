@@ -187,3 +187,26 @@ def test_check_on_a_fifo_is_one_line_not_a_hang(tmp_path):
                        timeout=30)
     assert r.returncode == 2 and "Traceback" not in r.stderr and "FIFO" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_state_is_private_and_a_loose_control_token_is_tightened(tmp_path, daemon_factory, slack):
+    """The control token's 0600 applied only when it was created (a token left 0644 stayed
+    readable to all), the state dir was 0755 and its SQLite files 0644 (alert texts, run dirs)."""
+    pytest.importorskip("slack_sdk")
+    hook = tmp_path / "webhook_url"
+    hook.write_text(slack.webhook_url + "\n")
+    state = tmp_path / "state"
+    state.mkdir(mode=0o755)
+    os.chmod(state, 0o755)
+    token = state / "control.token"
+    token.write_text("a-token-someone-wrote\n")
+    os.chmod(token, 0o644)
+    append(tmp_path / "runs" / "r" / "metrics.jsonl", healthy(1, 5))
+    d = daemon_factory("--slack-webhook-url-file", str(hook)).start()
+    modes = {p.name: p.stat().st_mode & 0o777 for p in state.iterdir() if p.is_file()}
+    assert state.stat().st_mode & 0o777 == 0o700
+    assert {"control.token", "rlguard-daemon.sqlite3", "outbox.sqlite3"} <= set(modes)
+    assert all(m == 0o600 for m in modes.values()), modes
+    assert token.read_text() == "a-token-someone-wrote\n"  # kept, and said
+    assert "readable by others" in d.log.read_text()
+    assert d.stop() == 0

@@ -355,6 +355,11 @@ class Daemon:
 
         self.check_watch()
         self.control_token = control.control_token(self.cfg.state_dir)
+        try:
+            self.store.tighten()
+        except OSError as exc:
+            log.warning("%s: cannot make the state private (0700, files 0600): %s", self.cfg.state_dir,
+                        exc.strerror or exc)
         self.fleet.start()
         done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())
