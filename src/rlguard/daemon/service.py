@@ -85,9 +85,11 @@ class Daemon:
     def _watch(self, found: Found) -> int:
         """Watch a run; 1 when its state was taken over from another shard."""
         if len(self.runs) >= self.cfg.max_runs:
-            if found.key not in self._dropped:
+            if found.key not in self._dropped:  # never silently: the log and /healthz say it
                 self._dropped.add(found.key)
                 self.dropped_runs += 1
+                self._problem("runs", f"{self.dropped_runs} run(s) not watched: max_runs ({self.cfg.max_runs}) "
+                                      f"reached (the latest: {found.key})")
             return 0
         saved, group, adopted = self.fleet.claim(found, self.saved.pop(found.key, None))
         labels = self.fleet.labels(found)
