@@ -24,7 +24,7 @@ def request_stop(run: str, reason: str, *, daemon: str, state_dir: str | None = 
     if os.path.isdir(run):
         body = stop_record(Verdict("stop", None, "manual", "rlguard stop", reason), Path(run).resolve().name,
                            f"rlguard stop ({getpass.getuser()})")
-        if not write_stop_request(run, body):
+        if not write_stop_request(os.path.realpath(run), body):  # the person's own path: links followed
             raise InputError("a stop request is already pending there (RLGUARD_STOP)", path=run)
         return f"stop requested: wrote {Path(run) / 'RLGUARD_STOP'}"
     token = _token(state_dir, token_file)
