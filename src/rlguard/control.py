@@ -14,8 +14,11 @@ from .stopfile import write_stop_request
 from .verdict import Verdict, stop_record
 
 
-def get_status(daemon: str) -> dict:
-    return _call(daemon.rstrip("/") + "/status", None, None)
+def get_status(daemon: str, state_dir: str | None = None, token_file: str | None = None) -> dict:
+    """The daemon's /status; with the control token when one is given (--state-dir, --token-file
+    or RLGUARD_CONTROL_TOKEN): a daemon listening beyond this machine asks for it."""
+    given = state_dir or token_file or os.environ.get("RLGUARD_CONTROL_TOKEN")
+    return _call(daemon.rstrip("/") + "/status", None, _token(state_dir, token_file) if given else None)
 
 
 def request_stop(run: str, reason: str, *, daemon: str, state_dir: str | None = None,

@@ -210,3 +210,30 @@ def test_the_state_is_private_and_a_loose_control_token_is_tightened(tmp_path, d
     assert token.read_text() == "a-token-someone-wrote\n"  # kept, and said
     assert "readable by others" in d.log.read_text()
     assert d.stop() == 0
+
+
+def test_status_beyond_this_machine_needs_the_control_token(tmp_path, daemon_factory):
+    """/status lists run dirs and alert texts; the chart listens on 0.0.0.0, where it needed no
+    token. Now it needs the one POST /stop needs; on 127.0.0.1 it stays open."""
+    import urllib.error
+    import urllib.request
+
+    append(tmp_path / "runs" / "r" / "metrics.jsonl", healthy(1, 5))
+    d = daemon_factory()
+    d.extra = ("--listen", f"0.0.0.0:{d.port}")
+    d.start()
+    url = f"http://127.0.0.1:{d.port}/status"
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(url, timeout=5)
+    assert err.value.code == 403
+    token = (d.state / "control.token").read_text().strip()
+    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(req, timeout=5) as r:
+        assert [run["run"] for run in json.loads(r.read())["runs"]] == ["r"]
+    r = subprocess.run([sys.executable, "-m", "rlguard", "status", "--daemon", f"http://127.0.0.1:{d.port}",
+                        "--state-dir", str(d.state), "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and json.loads(r.stdout)["runs"][0]["run"] == "r", r.stderr
+    r = subprocess.run([sys.executable, "-m", "rlguard", "status", "--daemon", f"http://127.0.0.1:{d.port}"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "403" in r.stderr and "Traceback" not in r.stderr
+    assert d.stop() == 0
