@@ -4,6 +4,7 @@ with the bad record counted), a quadratic-regex line, a gzip bomb, an internal e
 from __future__ import annotations
 
 import gzip
+import os
 import json
 import subprocess
 import sys
@@ -118,3 +119,88 @@ def test_an_internal_error_has_its_own_exit_code(tmp_path, monkeypatch):
     monkeypatch.delenv("RLGUARD_DEBUG", raising=False)
     code = cli.main(["check", str(p)])
     assert code == cli.INTERNAL_ERROR == 3
+
+
+_PEAK = """
+import resource, sys
+from rlguard.cli import main
+try:
+    main(sys.argv[1:])
+except SystemExit:
+    pass
+print("PEAK_KB", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr)
+"""
+
+
+def peak_mb(*args) -> tuple[float, str]:
+    """Peak RSS of ``rlguard ARGS`` run in a process of its own (MB), and its stderr."""
+    r = subprocess.run([sys.executable, "-c", _PEAK, *map(str, args)], capture_output=True, text=True, timeout=120)
+    kb = int(r.stderr.rsplit("PEAK_KB", 1)[1].split()[0])
+    return kb / 1024, r.stderr
+
+
+@pytest.mark.parametrize("where", ["jsonl", "trainer_state"])
+def test_a_long_line_with_brackets_costs_memory_bounded_by_the_line_cap(tmp_path, where):
+    """The nesting pre-check once took ~128 bytes of memory per byte of one long line (a 15 MB
+    line with 70 brackets: 1.87 GB in `check`); the chart's pod has 1 Gi. Now a constant scan."""
+    base, _ = peak_mb("check", tmp_path / "absent.jsonl")  # the interpreter and rlguard imported
+    blob = "a" * 15_000_000
+    if where == "jsonl":
+        path = tmp_path / "metrics.jsonl"
+        path.write_text(lines(GOOD) + '{"step": 6, "loss": 0.5, "note": "' + blob + '", "x": '
+                        + "[" * 35 + "]" * 35 + "}\n" + lines(GOOD[:1]))
+    else:
+        path = tmp_path / "trainer_state.json"
+        rows = [dict(r, note=blob if r["step"] == 3 else "[" * 70) for r in GOOD]
+        path.write_text(json.dumps({"global_step": 5, "log_history": rows}))
+    peak, err = peak_mb("check", path)
+    assert "Traceback" not in err
+    # the line itself, its decoded text and the parsed value: a few times 15 MB, never 100 times
+    assert peak - base < 200, f"{peak - base:.0f} MB over the {base:.0f} MB baseline"
+
+
+@pytest.mark.parametrize("fill, fmt", [(b"\n", None), (b"\n", "verl_jsonl"), (b"\0", "tensorboard")])
+def test_a_bomb_of_newlines_or_zeros_is_refused_in_seconds(tmp_path, fill, fmt):
+    """256 MB of blank lines (or zeros) from ~250 KB: refused by the inflation ratio once 1 MB
+    are out, not after reading up to the 256 MB cap line by line (55 s; verl_jsonl over 200 s,
+    zeros as tensorboard 88 s)."""
+    bomb = tmp_path / ("events.out.tfevents.1.host.gz" if fmt == "tensorboard" else "metrics.jsonl.gz")
+    with gzip.open(bomb, "wb", compresslevel=9) as f:
+        f.write(b'{"step": 1, "loss": 0.5}\n')
+        for _ in range(16):
+            f.write(fill * (1 << 24))
+    t0 = time.perf_counter()
+    r = check(bomb, *(["--input-format", fmt] if fmt else []))
+    assert time.perf_counter() - t0 < 15
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "gzip bomb" in r.stderr or fmt == "tensorboard"  # zeros are no TFRecord: refused as such
+
+
+def test_the_daemon_reads_a_failed_gzip_once_until_it_changes(tmp_path):
+    """A followed .jsonl.gz swapped for a bomb was read again at every poll (a core at 100% for
+    good, /metrics unanswerable); the failed read is remembered until the file changes."""
+    from rlguard.daemon.config import DaemonConfig
+    from rlguard.daemon.service import Daemon
+
+    log = tmp_path / "runs" / "r" / "train.jsonl.gz"
+    log.parent.mkdir(parents=True)
+    with gzip.open(log, "wt") as f:
+        f.write(lines(GOOD))
+    d = Daemon(DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0),
+               clock=lambda: 1000.0)
+    d.poll()
+    (mon,) = d.runs.values()
+    assert mon.info.last_step == 5
+    tmp = log.with_name(".swap.gz")
+    with gzip.open(tmp, "wb") as f:
+        f.write(b'{"step": 1, "loss": 0.5}\n' + b"\n" * (64 << 20))
+    os.replace(tmp, log)
+    t0 = time.perf_counter()
+    d.poll()
+    first = time.perf_counter() - t0
+    assert "gzip bomb" in (mon.info.last_error or "")
+    t0 = time.perf_counter()
+    for _ in range(3):
+        d.poll()
+    assert time.perf_counter() - t0 < max(0.5, first / 4)  # not read again
+    assert mon.info.parse_errors == 1

@@ -543,3 +543,21 @@ def test_daemon_follows_a_wandb_run_dir_under_a_root(wandb_run, tmp_path, capsys
     assert mon.found.layout == "wandb" and mon.log.endswith(".wandb")
     expected = alerts(write_jsonl(tmp_path / "same.jsonl", rows()), capsys)
     assert EXPECTED <= {r for r, _ in _firing(d)} and {r for r, _ in expected} >= EXPECTED
+
+
+def test_daemon_judges_an_mlflow_file_store_run(tmp_path, capsys, monkeypatch):
+    """The daemon once opened the run *directory* as a file at every poll ("Is a directory"):
+    parse errors climbed, nothing fired. Now it gives the alerts `rlguard check` gives."""
+    pytest.importorskip("mlflow", reason="the mlflow extra is not installed (pip install 'rlguard[mlflow]')")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    store = tmp_path / "mlruns"
+    log_mlflow_run("file:" + str(store), rows())
+    d = _daemon(tmp_path, [str(store)])
+    d.poll()
+    d.poll()
+    (mon,) = d.runs.values()
+    assert mon.found.layout == "mlflow" and mon.info.parse_errors == 0 and mon.info.last_error is None
+    assert mon.info.last_step == 80
+    expected = alerts(write_jsonl(tmp_path / "same.jsonl", rows()), capsys)
+    assert EXPECTED <= {r for r, _ in _firing(d)} and {r for r, _ in expected} >= EXPECTED
+    assert (Path(mon.found.run_dir) / "RLGUARD_STOP").exists()  # into the run's own directory

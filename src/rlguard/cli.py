@@ -163,6 +163,9 @@ def _add_status(sub) -> None:
     st.add_argument("--daemon", default="http://127.0.0.1:9108", metavar="URL",
                     help="the daemon's --listen address (default http://127.0.0.1:9108)")
     st.add_argument("--format", choices=["text", "json"], default="text")
+    st.add_argument("--state-dir", metavar="DIR", help="the daemon's state dir (its control.token): needed when the "
+                                                         "daemon listens beyond 127.0.0.1")
+    st.add_argument("--token-file", metavar="FILE", help="the control token, read from this file")
     st.set_defaults(func=cmd_status)
 
 
@@ -271,7 +274,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
     from .control import get_status
 
-    st = get_status(args.daemon)
+    st = get_status(args.daemon, args.state_dir, args.token_file)
     if args.format == "json":
         print(json.dumps(st, indent=2))
         return 0

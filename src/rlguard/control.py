@@ -14,8 +14,11 @@ from .stopfile import write_stop_request
 from .verdict import Verdict, stop_record
 
 
-def get_status(daemon: str) -> dict:
-    return _call(daemon.rstrip("/") + "/status", None, None)
+def get_status(daemon: str, state_dir: str | None = None, token_file: str | None = None) -> dict:
+    """The daemon's /status; with the control token when one is given (--state-dir, --token-file
+    or RLGUARD_CONTROL_TOKEN): a daemon listening beyond this machine asks for it."""
+    given = state_dir or token_file or os.environ.get("RLGUARD_CONTROL_TOKEN")
+    return _call(daemon.rstrip("/") + "/status", None, _token(state_dir, token_file) if given else None)
 
 
 def request_stop(run: str, reason: str, *, daemon: str, state_dir: str | None = None,
@@ -24,7 +27,7 @@ def request_stop(run: str, reason: str, *, daemon: str, state_dir: str | None = 
     if os.path.isdir(run):
         body = stop_record(Verdict("stop", None, "manual", "rlguard stop", reason), Path(run).resolve().name,
                            f"rlguard stop ({getpass.getuser()})")
-        if not write_stop_request(run, body):
+        if not write_stop_request(os.path.realpath(run), body):  # the person's own path: links followed
             raise InputError("a stop request is already pending there (RLGUARD_STOP)", path=run)
         return f"stop requested: wrote {Path(run) / 'RLGUARD_STOP'}"
     token = _token(state_dir, token_file)

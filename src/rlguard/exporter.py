@@ -180,8 +180,17 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
         only.register(RLGuardCollector(daemon, set(names)))
         return generate_latest(only)
 
+    # /status lists run dirs and alert texts: beyond this machine (the chart's 0.0.0.0) it needs
+    # the control token, as POST /stop does
+    status_open = host in ("127.0.0.1", "localhost", "::1")
+
     class Handler(BaseHTTPRequestHandler):
         timeout = idle_timeout  # an idle or half-open connection frees its thread
+
+        def _authorised(self) -> bool:
+            token = getattr(daemon, "control_token", None)
+            sent = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            return bool(token) and hmac.compare_digest(sent.encode(), token.encode())
 
         def do_GET(self):  # noqa: N802 - http.server's naming
             if self.path.split("?")[0] == "/metrics":
@@ -192,6 +201,8 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
                 body = json.dumps({"status": word, "problems": detail.split("; ") if detail else [],
                                    "runs": len(daemon.runs), "last_poll": daemon.last_poll}).encode()
                 ctype, code = "application/json", 200 if word in ("ok", "starting") else 503
+            elif self.path.split("?")[0] == "/status" and not (status_open or self._authorised()):
+                body, ctype, code = b'{"error": "a valid control token is required"}', "application/json", 403
             elif self.path.split("?")[0] == "/status":
                 body, ctype, code = json.dumps(daemon.status(), allow_nan=False).encode(), "application/json", 200
             else:
@@ -203,9 +214,7 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
             control token: ``control.token`` in its state dir, readable by its owner only)."""
             if self.path.split("?")[0] != "/stop":
                 return self._reply(404, "text/plain", b"not found: POST /stop\n")
-            token = getattr(daemon, "control_token", None)
-            sent = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if not token or not hmac.compare_digest(sent.encode(), token.encode()):
+            if not self._authorised():
                 return self._reply(403, "application/json", b'{"error": "a valid control token is required"}')
             try:
                 length = min(int(self.headers.get("Content-Length", 0)), 65536)

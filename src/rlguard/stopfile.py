@@ -9,18 +9,18 @@ import json
 import os
 from pathlib import Path
 
+from . import safefs
+
 STOP_FILE = "RLGUARD_STOP"
 
 
-def write_stop_request(folder: str | Path, body: dict) -> bool:
-    """Write the request atomically; False (and nothing written) if one is already there."""
-    path = Path(folder) / STOP_FILE
-    if path.exists():
-        return False
-    tmp = path.with_name(f".{STOP_FILE}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(body, indent=2) + "\n")
-    os.replace(tmp, path)
-    return True
+def write_stop_request(folder: str | Path, body: dict, *, below: str | Path | None = None) -> bool:
+    """Write the request atomically; False (and nothing written) if one is already there.
+    The folder is opened without following links (every component under ``below``, the
+    watched root, when given) and the file created there, never through a planted link
+    (:mod:`rlguard.safefs`)."""
+    with safefs.opened_dir(folder, below) as fd:
+        return safefs.create_new(fd, STOP_FILE, (json.dumps(body, indent=2) + "\n").encode())
 
 
 def consume_stop_request(folder: str | Path, name: str = STOP_FILE) -> str | None:

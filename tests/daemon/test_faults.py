@@ -188,6 +188,7 @@ def test_runs_over_max_runs_are_counted_once(tmp_path):
     for _ in range(3):
         d.poll()
     assert len(d.runs) == 2 and d.dropped_runs == 2
+    assert _health(d).startswith("degraded: 2 run(s) not watched: max_runs (2) reached")  # never silently
 
 
 def test_idle_connections_are_closed_and_do_not_block_scrapes(tmp_path, daemon_factory):

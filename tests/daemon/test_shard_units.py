@@ -107,6 +107,21 @@ def test_markers_alive_released_and_dead_after_the_lease(tmp_path):
     assert new.refresh(now=1073.0) == []  # a shard of the same count never owns my runs
 
 
+def test_a_heartbeat_from_the_future_is_ignored(tmp_path, caplog):
+    """Two forged shard markers with a heartbeat far in the future made every run wait for
+    ever (issue 25): a marker more than a lease ahead of the clock is not alive."""
+    import json
+
+    new = HandoffStore(tmp_path, ShardSpec(2, 3), lease=60)
+    for i in range(2):
+        (tmp_path / "shards" / f"{i}-of-2.json").write_text(json.dumps({"shard": f"{i}/2", "at": 1e12}))
+    assert new.refresh(now=1000.0) == []
+    assert new.busy_elsewhere("r1") is None
+    assert "in the future" in caplog.text
+    (tmp_path / "shards" / "0-of-2.json").write_text(json.dumps({"shard": "0/2", "at": 1010.0}))
+    assert new.refresh(now=1000.0) == [ShardSpec(0, 2)]  # a clock a little ahead is still alive
+
+
 def test_records_round_trip_and_belong_to_their_key(tmp_path):
     store = HandoffStore(tmp_path, ShardSpec(0, 2), lease=60)
     store.write("/logs/a/r1", {"epoch": 3, "run": "a/r1", "tail": {"offset": 10}})

@@ -343,7 +343,7 @@ def test_rendered_pod_starts_the_daemon(chart, tmp, tmp_path, values):
     log = tmp_path / "daemon.log"
     proc = _start_pod(pod, docs, 0, log)
     try:
-        health, metrics = _wait_metrics(proc, port, 'run="run-a"')
+        health, metrics = _wait_metrics(proc, port, 'run="run-a"', status="ok")
         assert proc.poll() is None, log.read_text()
         assert health[0] == 200 and json.loads(health[1])["status"] == "ok", (health, log.read_text())
         assert 'run="run-a"' in metrics, log.read_text()
@@ -413,12 +413,16 @@ def _start_pod(pod: PodFS, docs: list[dict], ordinal: int, log: Path) -> subproc
                                 stderr=subprocess.STDOUT, env={**os.environ, **env})
 
 
-def _wait_metrics(proc: subprocess.Popen, port: int, want: str) -> tuple[tuple[int, str], str]:
+def _wait_metrics(proc: subprocess.Popen, port: int, want: str, status: str | None = None
+                  ) -> tuple[tuple[int, str], str]:
+    """Until ``want`` is in /metrics (and /healthz says ``status``, when given: a busy machine
+    may still say "starting" when the first metrics are out)."""
     deadline, health, metrics = time.monotonic() + 30, (0, ""), ""
     while time.monotonic() < deadline and proc.poll() is None:
+        metrics = _get(port, "/metrics")[1]
         health = _get(port, "/healthz")
-        metrics = _get(port, "/metrics")[1] if health[0] == 200 else ""
-        if want in metrics:
+        said = json.loads(health[1]).get("status") if health[0] and health[1].startswith("{") else None
+        if want in metrics and (status is None or said == status):
             break
         time.sleep(0.3)
     return health, metrics

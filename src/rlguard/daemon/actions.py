@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 
+from .. import safefs
 from .pidproof import trainer_pid
 
 log = logging.getLogger("rlguard.daemon")
@@ -34,7 +35,12 @@ def stop_run(mon, decision, stop, now: float) -> None:
 
 def _signal(mon, stop) -> None:
     """Signal the run's trainer, only when its PID file is proven to name it (pidproof)."""
-    proof = trainer_pid(mon.run_dir, stop.pid_file)
+    try:  # the directory the stop request went to, reached the same way (no link followed)
+        run_dir = safefs.real_dir(mon.run_dir, mon.found.root or None)
+    except OSError as exc:
+        log.error("[%s] no signal sent: %s", mon.run, exc.strerror or exc)
+        return
+    proof = trainer_pid(run_dir, stop.pid_file)
     if proof.pid is None:
         log.error("[%s] no signal sent: %s", mon.run, proof.reason)
         return

@@ -52,7 +52,13 @@ def control_token(state_dir: str) -> str:
 
     path = os.path.join(state_dir, "control.token")
     try:
-        with open(path) as f:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        with os.fdopen(fd) as f:
+            mode = os.fstat(fd).st_mode & 0o777
+            if mode & 0o077:  # made by hand, or before the mode was enforced: readable by others
+                os.fchmod(fd, 0o600)
+                log.warning("%s had mode %o (readable by others): now 0600; if someone may have read it, "
+                            "delete it and restart the daemon for a new one", path, mode)
             token = f.read().strip()
         if token:
             return token

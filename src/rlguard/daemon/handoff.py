@@ -100,9 +100,14 @@ class HandoffStore:
             data = _load(self.root / "shards" / name)
             try:
                 spec = ShardSpec.parse(str(data["shard"]))
-                fresh = not data.get("released") and now - float(data["at"]) < self.lease
+                age = now - float(data["at"])
+                fresh = not data.get("released") and -self.lease < age < self.lease
             except (KeyError, TypeError, ValueError, InputError):  # a foreign or broken file
                 continue
+            if age <= -self.lease and name not in self._warned:  # forged, or a clock far off: ignored
+                self._warned.add(name)
+                log.error("%s: heartbeat %.0f s in the future: ignored (a forged marker, or a clock far off)",
+                          self.root / "shards" / name, -age)
             if fresh and spec.count != self.spec.count:
                 live.append(spec)
         self._foreign = live

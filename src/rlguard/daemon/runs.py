@@ -122,6 +122,8 @@ class RunMonitor:
         p.events[:0] = events
         if p.error:
             self.info.parse_errors += 1
+            if self.info.last_error != p.error:  # once per distinct error, not every poll
+                log.warning("[%s] %s", self.run, p.error)
             self.info.last_error = p.error
         self.info.parse_errors += p.bad
         if p.records:
@@ -240,7 +242,7 @@ class RunMonitor:
                 log.warning("[%s] %s: %s", self.run, NO_DIR, decision.reason)
             return False
         try:
-            if not write_stop_request(self.run_dir, body):
+            if not write_stop_request(self.run_dir, body, below=self.found.root or None):
                 return False
         except OSError as exc:
             log.error("[%s] could not write the stop request into %s: %s", self.run, self.run_dir,

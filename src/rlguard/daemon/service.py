@@ -85,9 +85,11 @@ class Daemon:
     def _watch(self, found: Found) -> int:
         """Watch a run; 1 when its state was taken over from another shard."""
         if len(self.runs) >= self.cfg.max_runs:
-            if found.key not in self._dropped:
+            if found.key not in self._dropped:  # never silently: the log and /healthz say it
                 self._dropped.add(found.key)
                 self.dropped_runs += 1
+                self._problem("runs", f"{self.dropped_runs} run(s) not watched: max_runs ({self.cfg.max_runs}) "
+                                      f"reached (the latest: {found.key})")
             return 0
         saved, group, adopted = self.fleet.claim(found, self.saved.pop(found.key, None))
         labels = self.fleet.labels(found)
@@ -173,8 +175,10 @@ class Daemon:
         with self.lock:
             # a run that alerted is saved at once, so a crash right after does not replay it;
             # the others wait for the periodic save (a replay is harmless: notifications are
-            # keyed and stop requests idempotent)
-            self._save_rows([m.saved() for m in urgent])
+            # keyed and stop requests idempotent). A run whose alerts are held in memory is
+            # not saved past them (see _held)
+            held = self._held()
+            self._save_rows([m.saved() for m in urgent if m.run not in held])
             self.fleet.publish_queued(self)  # before any message queued in this pass may leave
             self.last_poll = now
             self.first_pass_done = True
@@ -201,17 +205,27 @@ class Daemon:
 
     def save(self) -> None:
         with self.lock:
-            rows = [m.saved() for m in self.runs.values() if m.changed]
+            held = self._held()
+            rows = [m.saved() for m in self.runs.values() if m.changed and m.run not in held]
             if not self._save_rows(rows):
                 return  # not written: the runs stay "changed" and are saved at the next try
             for m in self.runs.values():
-                m.changed = False
+                if m.run not in held:
+                    m.changed = False
             self.fleet.periodic(self, self.clock(), [r[0] for r in rows])
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
                 except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watch
                     self._problem("notifications", f"notification state not writable: {exc}")
+                else:
+                    self._problem("notifications", None)
+
+    def _held(self) -> set[str]:
+        """Runs with alerts held only in memory (the outbox could not take them). Their state is
+        not saved until the alerts are queued: a kill before that replays the lines that fired
+        them, and they fire again, never lost. Once queued, the run's next save covers them."""
+        return {a.run for a in self._unqueued}
 
     def _save_rows(self, rows) -> bool:
         try:
@@ -239,10 +253,9 @@ class Daemon:
     def notify(self) -> None:
         if self.dispatcher is None:
             return
-        with self.lock:
+        with self.lock:  # one hold: a save in between must still see these runs as held
             waiting, self._unqueued = self._unqueued, []
-        if waiting:
-            with self.lock:
+            if waiting:
                 self._submit(waiting)
         try:
             counts = self._deliver()
@@ -344,6 +357,11 @@ class Daemon:
 
         self.check_watch()
         self.control_token = control.control_token(self.cfg.state_dir)
+        try:
+            self.store.tighten()
+        except OSError as exc:
+            log.warning("%s: cannot make the state private (0700, files 0600): %s", self.cfg.state_dir,
+                        exc.strerror or exc)
         self.fleet.start()
         done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -88,6 +88,26 @@ class Store:
         self.db.close()
         self._lock.close()
 
+    def tighten(self) -> None:
+        """The state holds alert texts, run dirs and the control token: the dir 0700 and its
+        files 0600 (SQLite gives its WAL and shared-memory files the database's mode), whatever
+        the umask or an older version left."""
+        private(self.dir)
+
+
+def private(folder: str | Path) -> None:
+    """``folder`` 0700 and the regular files in it 0600 (links are left alone)."""
+    import stat
+
+    os.chmod(folder, 0o700)
+    with os.scandir(folder) as it:
+        for e in it:
+            try:
+                if e.is_file(follow_symlinks=False) and stat.S_IMODE(e.stat(follow_symlinks=False).st_mode) & 0o077:
+                    os.chmod(e.path, 0o600)
+            except OSError:
+                continue
+
 
 def _key(key: str) -> str | bytes:
     try:

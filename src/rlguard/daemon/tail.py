@@ -31,10 +31,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from dataclasses import asdict, dataclass, field, fields
 
 from ..errors import LogFormatError
 from ..sources import detect_format, open_reader
+from ..sources._common import open_regular
 from ..sources.base import LogRecord, Reader
 from ..sources.layout import is_location
 
@@ -140,14 +142,22 @@ class FileTail:
         except OSError as exc:
             out.error = f"{st.path}: cannot stat: {exc.strerror or exc}"
             return out
+        if not (stat.S_ISREG(info.st_mode) or stat.S_ISDIR(info.st_mode)):
+            # a FIFO or a device: open() could block the poll (and the daemon's lock) for ever
+            out.error = f"{st.path}: not a regular file (a FIFO, socket or device): not read"
+            return out
         try:
             if st.fmt is None:
-                if info.st_size == 0:
+                if info.st_size == 0 and not stat.S_ISDIR(info.st_mode):
                     return out
                 st.fmt = detect_format(st.path)
             reader = self._reader_for(st.fmt)
-            if st.compressed is None:
-                with open(st.path, "rb") as f:
+            if stat.S_ISDIR(info.st_mode):  # a run that is a directory (an MLflow file store run)
+                st.compressed = False
+                if reader.follow != "whole":
+                    raise LogFormatError(f"a directory, not a {st.fmt} log", path=st.path)
+            elif st.compressed is None:
+                with open_regular(st.path) as f:
                     st.compressed = f.read(2) == GZIP_MAGIC
             if reader.follow == "whole" or st.compressed:  # a .gz is rewritten, never appended
                 self._poll_whole(reader, info, out)
@@ -188,7 +198,7 @@ class FileTail:
                 out.events.append("truncated")
             self._restart(info.st_ino)
         st = self.state
-        with open(st.path, "rb") as f:
+        with open_regular(st.path) as f:  # swapped for a FIFO since the stat: refused, never blocks
             k = min(st.offset, ANCHOR)
             if k and st.inode is not None and info.st_ino != st.inode and _hash(f.read(k)) != st.head:
                 out.events.append("rotated")
@@ -245,11 +255,11 @@ class FileTail:
         if old is None:
             return []
         try:
-            with open(old, "rb") as f:
+            with open_regular(old) as f:
                 k = min(st.offset, ANCHOR)
                 f.seek(st.offset - k)
                 data = f.read(k + self.max_bytes)
-        except OSError:
+        except (OSError, LogFormatError):
             return []
         if k and _hash(data[:k]) != st.anchor:
             return []
@@ -281,7 +291,11 @@ class FileTail:
             out.events.append("restored")
             st.missing = False
         fresh = open_reader(st.path, st.fmt)  # a fresh reader: its stats are this read's
-        records = list(fresh.records(st.path))
+        try:
+            records = list(fresh.records(st.path))
+        except LogFormatError:
+            st.sig = sig  # the same bytes fail the same way (a gzip bomb): read again once they change
+            raise
         if info is not None:
             st.size, st.mtime, st.inode = info.st_size, info.st_mtime_ns, info.st_ino
         st.sig = sig

@@ -126,7 +126,8 @@ class Outbox:
                 self._db.executemany("INSERT OR REPLACE INTO state (name, value) VALUES (?, ?)", saved)
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite already rolled back on a full disk (SQLITE_FULL):
+                    self._db.execute("ROLLBACK")  # a second ROLLBACK would hide the real error
                 raise
         return new
 

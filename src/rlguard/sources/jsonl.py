@@ -142,6 +142,9 @@ def _scan(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[list[LogRecord]
     append = batch.append
     try:
         for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno used in finally
+            if raw == b"\n":  # a blank line, without a failed parse (a newline bomb has millions)
+                stats.skipped_lines += 1
+                continue
             try:
                 obj = loads(raw)
             except ValueError:

@@ -51,6 +51,9 @@ class Found:
     run_dir: str  # where the run reads stop requests
     log: str  # what to follow now
     layout: str  # hf_output | tensorboard | file | wandb | mlflow
+    #: the watched directory it was found under: nothing below it is reached through a link
+    #: when the daemon writes into run_dir (see rlguard.safefs)
+    root: str = ""
 
 
 def run_name(path: str) -> str:
@@ -195,6 +198,7 @@ class Discovery:
         self.server_interval = 10.0
         self._sniff = sniff or _sniff
         self.errors: list[str] = []  # unreadable directories, once each
+        self._root = ""  # the watched directory being walked
 
     def scan(self) -> list[Found]:
         import glob
@@ -206,8 +210,9 @@ class Discovery:
                 continue
             pattern = os.path.expanduser(pattern)
             if _has_magic(pattern):
+                root = _fixed_prefix(pattern)
                 for path in sorted(glob.glob(pattern, recursive=True)):
-                    self._add_path(path, found)
+                    self._add_path(path, found, root)
             else:
                 self._add_path(pattern, found)
         return list(found.values())
@@ -236,18 +241,21 @@ class Discovery:
         for _name, loc in runs:
             found.setdefault(loc, Found(loc, "", loc, "mlflow"))
 
-    def _add_path(self, path: str, found: dict[str, Found]) -> None:
+    def _add_path(self, path: str, found: dict[str, Found], root: str | None = None) -> None:
         if os.path.isdir(path):
+            self._root = root if root is not None else os.path.abspath(path)
             self._walk(os.path.abspath(path), 0, found)
         elif os.path.isfile(path) and not is_ours(path):
             out = hf_output_of(path)
             if out is not None:
                 log = hf_log(out)
                 if log:
-                    found.setdefault(out, Found(out, out, log, "hf_output"))
+                    out = os.path.abspath(out)
+                    found.setdefault(out, Found(out, out, log, "hf_output", _within(root, out)))
             else:
                 p = os.path.abspath(path)
-                found.setdefault(p, Found(p, os.path.dirname(p), p, "file"))
+                d = os.path.dirname(p)
+                found.setdefault(p, Found(p, d, p, "file", _within(root, d)))
 
     def _listing(self, d: str) -> tuple[list[str], list[str]] | None:
         try:
@@ -287,11 +295,11 @@ class Discovery:
         if hf is None and _looks_hf(d, subdirs + files):
             log = hf_log(d)
             if log:
-                hf = self._hf[d] = Found(d, d, log, "hf_output")  # once an output dir, always one
+                hf = self._hf[d] = Found(d, d, log, "hf_output", self._root)  # once an output dir, always one
         if hf is not None:
             found.setdefault(d, hf)
             return  # checkpoints and runs/ belong to this run
-        extra = _tracker_run(d, subdirs, files)
+        extra = _tracker_run(d, subdirs, files, self._root)
         if extra is not None:
             found.setdefault(extra.key, extra)
             return
@@ -299,13 +307,13 @@ class Discovery:
         if tbs:
             newest = _newest([os.path.join(d, f) for f in tbs])
             if newest:
-                found.setdefault(d, Found(d, d, newest, "tensorboard"))
+                found.setdefault(d, Found(d, d, newest, "tensorboard", self._root))
         for f in files:
             if f.startswith(_TB) or not _is_log_name(f) or is_ours(os.path.join(d, f)):
                 continue
             path = os.path.join(d, f)
             if self._is_log(path):
-                found.setdefault(path, Found(path, d, path, "file"))
+                found.setdefault(path, Found(path, d, path, "file", self._root))
         if depth < self.max_depth:
             for s in subdirs:
                 if s not in SKIP_DIRS and not s.startswith("."):
@@ -350,32 +358,40 @@ def _has_magic(pattern: str) -> bool:
     return any(c in pattern for c in "*?[")
 
 
-def _tracker_run(d: str, subdirs: list[str], files: list[str]) -> Found | None:
+def _fixed_prefix(pattern: str) -> str:
+    """The directory of a glob pattern before its first wildcard (``/vol/*/*.jsonl`` -> ``/vol``)."""
+    parts = os.path.abspath(pattern).split(os.sep)
+    fixed = []
+    for part in parts:
+        if _has_magic(part):
+            break
+        fixed.append(part)
+    return os.sep.join(fixed) or os.sep
+
+
+def _within(root: str | None, d: str) -> str:
+    """``root`` when ``d`` is inside it, else ``d`` itself (opened without following a link)."""
+    if root and (d == root or d.startswith(root.rstrip(os.sep) + os.sep)):
+        return root
+    return d
+
+
+def _tracker_run(d: str, subdirs: list[str], files: list[str], root: str = "") -> Found | None:
     """A W&B run dir (``run-*``/``offline-run-*`` holding a ``.wandb`` file) or an MLflow file
-    store run (``meta.yaml`` and ``metrics/``)."""
+    store run (``meta.yaml`` and ``metrics/``).
+
+    The run dir (where stop requests go, whose trainer may be signalled) is where the run was
+    found: the W&B project dir that holds ``wandb/`` when it is under the watched root, else
+    the W&B run dir; the MLflow run dir. Never a path read from the run's files (the
+    ``output_dir`` that W&B's config or MLflow's params record is log content: anyone who
+    writes the logs chooses it)."""
     base = os.path.basename(d)
     if base.startswith(("run-", "offline-run-")) and os.path.basename(os.path.dirname(d)) == "wandb":
         logs = [f for f in files if f.endswith(".wandb")]
         if logs:
             project = os.path.dirname(os.path.dirname(d))
-            return Found(d, _declared_output_dir(d, "wandb") or project, os.path.join(d, logs[0]), "wandb")
+            run_dir = project if root and _within(root, project) == root else d
+            return Found(d, run_dir, os.path.join(d, logs[0]), "wandb", root)
     if "meta.yaml" in files and "metrics" in subdirs:
-        return Found(d, _declared_output_dir(d, "mlflow") or d, d, "mlflow")
+        return Found(d, d, d, "mlflow", root)
     return None
-
-
-def _declared_output_dir(d: str, tracker: str) -> str | None:
-    """The training output dir a tracker run recorded (transformers logs its arguments: MLflow
-    ``params/output_dir``, W&B ``files/config.yaml``), if it exists on this machine."""
-    try:
-        if tracker == "mlflow":
-            text = Path(d, "params", "output_dir").read_text()[:4096].strip()
-        else:
-            text = ""
-            cfg = Path(d, "files", "config.yaml").read_text()[:1_000_000]
-            m = re.search(r"^output_dir:\s*\n\s+value:\s*(.+)$", cfg, re.M)
-            if m:
-                text = m.group(1).strip().strip("'\"")
-    except (OSError, UnicodeDecodeError):
-        return None
-    return text if text and os.path.isdir(text) else None

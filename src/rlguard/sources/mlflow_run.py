@@ -36,6 +36,7 @@ from itertools import groupby
 from typing import Iterator
 
 from ..errors import LogFormatError
+from ._common import open_regular
 from .base import LogRecord, ReadStats, Reader
 
 PREFIX = "mlflow+"
@@ -131,7 +132,7 @@ def _file_points(run_dir: str, stats: ReadStats) -> list[tuple[int, int, str, fl
     points = []
     for key, full in _metric_files(run_dir):
         try:
-            with open(full, "rb") as f:
+            with open_regular(full) as f:
                 data = f.read()
         except OSError as exc:
             raise LogFormatError(f"cannot read: {exc.strerror or exc}", path=full) from None

@@ -50,6 +50,9 @@ def _scan(f: IO[bytes], stats: ReadStats) -> Iterator[LogRecord]:
     lineno = nrec = prev = 0
     try:
         for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno used in finally
+            if raw == b"\n":  # a blank line, without a failed parse (a newline bomb has millions)
+                stats.skipped_lines += 1
+                continue
             try:
                 obj = loads(raw)
             except ValueError:
