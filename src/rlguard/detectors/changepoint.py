@@ -35,6 +35,11 @@ class ChangePoint(Detector):
         min_sigma: float = Field(5.0, ge=0, description="shift of medians in standard errors")
         rel_floor: float = Field(0.01, ge=0, description="noise floor as a fraction of |level|")
         direction: Literal["up", "down", "both"] = "both"
+        autocorr: bool = Field(False, description=(
+            "count slow wander in the standard error: a level that drifts (AR(1), phi near 1) "
+            "has far fewer independent samples than records, so the error of its median grows "
+            "by the spread of the segment over its sample-to-sample noise and by "
+            "sqrt((1 + rho) / (1 - rho)) for its lag-1 autocorrelation rho (0..0.9)"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -116,6 +121,8 @@ class ChangePoint(Detector):
         if p.direction == "up" and shift <= 0 or p.direction == "down" and shift >= 0:
             return None
         stderr = 1.2533 * sigma * np.sqrt(1.0 / len(pre) + 1.0 / len(post))  # of a median
+        if p.autocorr:
+            stderr *= _wander(pre, sigma)
         if abs(shift) < p.min_rel_shift * abs(m0) or abs(shift) < p.min_sigma * stderr:
             return None
         mid, side = (m0 + m1) / 2.0, np.sign(shift)
@@ -137,3 +144,16 @@ class ChangePoint(Detector):
         self.tail, self.tail_steps = list(s.get("tail", [])), list(s.get("tail_steps", []))
         self.seen, self.quiet_until = int(s.get("seen", 0)), int(s.get("quiet_until", 0))
         self.last_change_step = int(s.get("last_change_step", -1))
+
+
+def _wander(pre: np.ndarray, sigma: float) -> float:
+    """How much a segment's slow wander inflates the standard error of its median: its own
+    spread over the sample-to-sample noise ``sigma`` (1 for white noise), times the
+    effective-sample-size factor of its lag-1 autocorrelation."""
+    x = pre - np.median(pre)
+    spread = 1.4826 * float(np.median(np.abs(x)))
+    d = x - x.mean()
+    den = float(np.dot(d, d))
+    rho = float(np.dot(d[1:], d[:-1]) / den) if den > 0 else 0.0
+    rho = min(max(rho, 0.0), 0.9)
+    return max(1.0, spread / sigma) * float(np.sqrt((1.0 + rho) / (1.0 - rho)))
