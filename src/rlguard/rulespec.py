@@ -99,6 +99,10 @@ class Rule(BaseModel):
         "exact zeros are not samples (a grad norm of 0.0 on a step with no learning signal)"))
     guards: list[Guard] = []
     guard_mode: Literal["all", "any"] = "all"
+    false_alarms: float | None = Field(None, gt=0, le=100, description=(
+        "the rule's false-alarm rate: warnings per 100 healthy 1,000-step runs (in-control ARL0 = "
+        "100,000 / false_alarms training steps), measured by bench/false_alarms.py and asserted by "
+        "tests/healthy; omitted, the rule claims an equal share of the pack's budget of 1"))
     enabled: bool = True
     labels: dict[str, str] = {}
     annotations: dict[str, str] = Field({}, description=(

@@ -45,12 +45,24 @@ def test_each_rule_within_its_budget(tally):
     assert not over, failure_message(tally)
 
 
-def test_rule_budgets_add_up_to_the_pack_budget(packs):
-    """Stated and shared budgets together stay within the pack's: keeping to each rule's
-    budget then keeps the pack within its own (a union bound)."""
+def test_every_severe_rule_has_a_budget_and_stated_ones_are_the_benchs(packs):
+    """Each warning/critical rule has a budget: its own ``false_alarms`` (the rate measured by
+    bench/false_alarms.py on 2,016 runs, stated in the rule) or an equal share of the pack's.
+    Per-rule rates do not add up to the pack's: the same noisy stretch of one run often trips
+    two rules of one kind, so the pack's own rate is asserted on its own, above."""
     budgets = severe_rules(packs)
-    assert budgets and all(b >= 0 for b in budgets.values())
-    assert sum(budgets.values()) <= PACK_BUDGET + 1e-9, sorted(budgets.items(), key=lambda kv: -kv[1])
+    assert budgets and all(b > 0 for b in budgets.values())
+    stated = {r.id: r.false_alarms for p in packs for r in p.rules if r.false_alarms is not None}
+    assert stated, "no rule states its measured false-alarm rate"
+    assert all(budgets[k] == v for k, v in stated.items() if k in budgets)
+
+
+def test_a_rule_well_over_its_budget_is_caught_and_one_within_it_is_not():
+    """The per-rule check fails a rule at 5x its budget on this sample and passes one at it."""
+    from falsealarms import ALPHA, binom_sf
+    n = len(SAMPLE)
+    assert binom_sf(math.ceil(5 * 0.2 * n / 100), n, 0.2 / 100) < ALPHA
+    assert binom_sf(round(0.2 * n / 100), n, 0.2 / 100) >= ALPHA
 
 
 def _binom_cdf(k: int, n: int, p: float) -> float:
