@@ -76,7 +76,8 @@ class Threshold(Detector):
         fractional_only: bool = Field(False, description=(
             "no opinion until a value strictly between 0 and 1 has been seen: a fraction over "
             "one item per record (one GRPO group per step) is 0 or 1, and a median of such "
-            "votes is a majority of chances, which base-rate rules judge instead"))
+            "votes is a majority of chances, which base-rate rules judge instead; so is a fraction "
+            "over 2-4 items (1/4, 1/3, 1/2, 2/3, 3/4: a record of a few tiny groups)"))
 
         @model_validator(mode="after")
         def _one_bound(self):
@@ -102,7 +103,7 @@ class Threshold(Detector):
         bound = p.above if p.above is not None else p.below
         verdict = compare(level, chunk.quantum, p.above, p.below)
         if p.fractional_only:
-            inside = (chunk.values > 0) & (chunk.values < 1)
+            inside = (chunk.values > 0) & (chunk.values < 1) & ~_few_items(chunk.values)
             seen = np.logical_or.accumulate(np.concatenate([[self.fractional], inside]))[1:]
             verdict[~seen] = UNKNOWN
             self.fractional = bool(seen[-1]) if len(seen) else self.fractional
@@ -120,3 +121,11 @@ class Threshold(Detector):
     def load_state_dict(self, state):
         self.tail = list(state.get("tail", []))
         self.fractional = bool(state.get("fractional", False))
+
+
+def _few_items(x: np.ndarray) -> np.ndarray:
+    """Where a fraction is k/n for some n <= 4 (a record of a few items: 1/4, 1/3, 1/2...)."""
+    out = np.zeros(len(x), dtype=bool)
+    for n in (2, 3, 4):
+        out |= np.abs(x * n - np.round(x * n)) < 1e-6
+    return out
