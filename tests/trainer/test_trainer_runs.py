@@ -114,7 +114,7 @@ def test_injected_grad_explosion_stops_as_its_cause_with_the_kl_as_what_followed
     """A 300x learning-rate jump blows up the gradient, then the KL: one incident, whose cause is
     the gradient explosion, whichever rule stops the run (a KL of 1,000+ nats is stopped on sight)."""
     out = tmp_path / "grad_explosion"
-    r = run_train(out, "--inject", "grad_explosion", "--max-steps", "40")
+    r = run_train(out, "--inject", "grad_explosion", "--max-steps", "40", timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
     stop = json.loads((out / "rlguard" / "stop.json").read_text())
     inc = stop["incident"]
