@@ -151,6 +151,18 @@ def test_ties_at_one_step_go_to_the_upstream_kind_whatever_the_rule_order():
     assert summary(g.incident) == "gradient explosion at step 31 (grad_norm 1); KL high at step 31 (kl 1) followed"
 
 
+def test_an_alert_sees_all_that_fired_in_its_record():
+    """A gradient stop judged first in its record (upstream kind) still lists the KL that fired with it."""
+    inc = Incidents()
+    g = _alert("G", "grad_explosion", 33, severity="critical", action="stop", metric="grad_norm")
+    k = _alert("K", "kl_high", 33, metric="kl")
+    inc.assign([(9, k), (9, g)])
+    assert g.incident == k.incident and [f["rule"] for f in g.incident["followed"]] == ["K"]
+    later = _alert("L", "loss_spike", 34)
+    inc.assign([(10, later)])
+    assert len(g.incident["followed"]) == 1 and len(later.incident["followed"]) == 2  # snapshots: no later news
+
+
 def test_six_rules_of_one_kind_are_one_incident_with_five_inhibited():
     inc = Incidents()
     alerts = [_alert(f"R{i}", "reward_variance_collapse", 151 + i // 2, metric=f"m{i}") for i in range(6)]

@@ -23,8 +23,8 @@ so per run, online, as alerts arrive (online and replay see the same incidents):
   fires at least as strongly (severity, then action): notifiers may skip it; it is still in
   every record (``check --format json``, ``decisions.jsonl``).
 
-Each alert carries a snapshot of its incident as it stood when the alert fired (what a live run
-knew then) in :attr:`Alert.incident`: ``{"id", "started", "cause": {"rule", "kind", "metric",
+Each alert carries a snapshot of its incident as the record that fired it left it (what a live
+run knew then: all that fired in that record, nothing later) in :attr:`Alert.incident`: ``{"id", "started", "cause": {"rule", "kind", "metric",
 "step", "value"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited"}``.
 """
 from __future__ import annotations
@@ -123,19 +123,28 @@ class Incidents:
         """Give each firing warning/critical alert its incident (``alert.incident``). ``alerts``:
         (sequence number of the record that fired it, alert) in arrival order. Alerts of one
         record are taken upstream kind first, so a record's cause is the same whatever the
-        order its rules were evaluated in."""
+        order its rules were evaluated in, and each sees its incident as the whole record left
+        it (a stop of the record lists all that fired with it)."""
+        record: list[tuple[Alert, Incident, bool]] = []
+        last = None
         for seq, a in sorted(alerts, key=lambda t: (t[0], causal_rank(t[1].kind))):
-            self._one(seq, a)
+            if seq != last:
+                _settle(record)
+                last = seq
+            placed = self._one(seq, a)
+            if placed is not None:
+                record.append((a, *placed))
+        _settle(record)
 
-    def _one(self, seq: int, a: Alert) -> None:
+    def _one(self, seq: int, a: Alert) -> tuple[Incident, bool] | None:
         key = f"{a.rule}|{a.metric}"
         if a.status == "resolved":
             for inc in self.active:
                 if inc.firing.pop(key, None) is not None:
                     inc.last_seq, inc.last_step = seq, a.step
-            return
+            return None
         if a.severity not in (Severity.WARNING.value, Severity.CRITICAL.value):
-            return
+            return None
         self.active = [inc for inc in self.active if inc.near(seq, a.step)]
         joinable = [inc for inc in self.active if inc.accepts(a, seq)]
         if joinable:
@@ -158,7 +167,7 @@ class Incidents:
                         for k, (kind, sev, act) in inc.firing.items())
         inc.firing[key] = [a.kind, *mine]
         inc.last_seq, inc.last_step = seq, a.step
-        a.incident = inc.snapshot(inhibited)
+        return inc, inhibited
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -167,6 +176,13 @@ class Incidents:
     def load_state_dict(self, s: dict[str, Any]) -> None:
         self.next_id = int(s["next_id"])
         self.active = [Incident(**d) for d in s["active"]]
+
+
+def _settle(record: list[tuple[Alert, Incident, bool]]) -> None:
+    """The alerts of one record get their incidents as the record left them; the list empties."""
+    for a, inc, inhibited in record:
+        a.incident = inc.snapshot(inhibited)
+    record.clear()
 
 
 def summary(incident: dict[str, Any]) -> str:
