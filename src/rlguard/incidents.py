@@ -49,7 +49,7 @@ CAUSAL_ORDER = ("lr_zero", "beta_collapse", "grad_explosion", "loss_spike", "dpo
 _RANK = {k: i for i, k in enumerate(CAUSAL_ORDER)}
 _WORDS = {"grad_explosion": "gradient explosion", "kl_high": "KL high", "kl_low": "KL low",
           "lr_zero": "learning rate at zero", "nonfinite": "non-finite value", "beta_collapse": "KL coefficient collapse"}
-MAX_FOLLOWED = 50  # rule instances listed as having followed; the rest are counted by the rules themselves
+MAX_FOLLOWED = 50  # rule instances listed as having followed (an incident of more lists its first 50)
 
 
 def causal_rank(kind: str) -> int:
