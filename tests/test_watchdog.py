@@ -116,9 +116,10 @@ def test_chunked_and_online_feeding_agree():
     batch = Watchdog(run="r")
     batch.ingest([LogRecord(s, m, i) for i, (s, m) in enumerate(rows)][:123])
     batch.ingest([LogRecord(s, m, i) for i, (s, m) in enumerate(rows)][123:])
-    key = lambda w: [(a.rule, a.step, a.status) for a in w.alerts]
+    key = lambda w: [(a.rule, a.step, a.status, json.dumps(a.incident)) for a in w.alerts]
     assert key(online) == key(batch)
     assert {"reward_drop", "entropy_collapse"} <= {a.kind for a in online.alerts}
+    assert any(a.incident for a in online.alerts)  # the incidents too
 
 
 def test_unknown_metrics_are_kept_and_usable(tmp_path):

@@ -96,8 +96,10 @@ class Alert:
     checkpoint_step: int | None = None  # for stop: the best step to keep
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)  # the rule's hint, runbook_url...
-    #: the incident this alert belongs to: {"id": int, "started": step of its earliest anomaly,
-    #: "cause": {"rule", "kind", "metric", "step", "value"}} (None outside any incident: info, resolved)
+    #: the incident this alert belongs to, as it stood when the alert fired (rlguard.incidents):
+    #: {"id": int, "started": step of its earliest anomaly, "cause": {"rule", "kind", "metric", "step",
+    #: "value"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited": bool (a
+    #: stronger alert of its kind fires in the incident)}; None outside any incident (info, resolved)
     incident: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
 from .alerts import Alert
+from .incidents import incident_line
 from .rulespec import RulePack, load_packs
 from .stopfile import STOP_FILE, consume_stop_request
 from .trackers import TrackerAlerts
@@ -170,6 +171,8 @@ class RLGuardCallback(TrainerCallback):
         self.trackers.stop(step, verdict.reason, checkpoint)
         logger.warning("rlguard: stopping the run at step %d: %s [%s, rule %s]; checkpoint to keep: %s",
                        step, verdict.reason, verdict.kind, verdict.rule or "-", checkpoint)
+        if verdict.incident:
+            logger.warning("rlguard: %s", incident_line(verdict.incident))
 
 
 def _agree(args, checkpoint: bool, stop: bool) -> tuple[bool, bool]:

@@ -5,6 +5,7 @@ from typing import TextIO
 
 from .alerts import Action, Alert, Decision
 from .detectors.base import fmt
+from .incidents import rules_of, summary
 
 def hints(alerts: list[Alert]) -> list[tuple[str, str]]:
     """(kind, what to check) for each kind among the alerts, from their rules' ``hint``
@@ -16,6 +17,28 @@ def hints(alerts: list[Alert]) -> list[tuple[str, str]]:
             url = a.annotations.get("runbook_url")
             out[a.kind] = hint + (f" Runbook: {url}" if url else "")
     return list(out.items())
+
+
+def by_incident(alerts: list[Alert]) -> list[tuple[dict | None, list[Alert]]]:
+    """Alerts grouped by incident, in order of the incidents' first alerts, each incident as its
+    fullest snapshot has it and its cause first; the alerts in no incident (info) last, as one group."""
+    groups: dict[int, list[Alert]] = {}
+    latest: dict[int, dict] = {}
+    loose = []
+    for a in alerts:
+        if a.incident:
+            groups.setdefault(a.incident["id"], []).append(a)
+            known = latest.get(a.incident["id"])  # snapshots grow: the fullest is the latest word
+            if known is None or len(a.incident["followed"]) >= len(known["followed"]):
+                latest[a.incident["id"]] = a.incident
+        else:
+            loose.append(a)
+    out: list[tuple[dict | None, list[Alert]]] = []
+    for i, members in groups.items():
+        c = latest[i]["cause"]
+        members.sort(key=lambda a: (a.rule, a.metric, a.step) != (c["rule"], c["metric"], c["step"]))
+        out.append((latest[i], members))
+    return out + ([(None, loose)] if loose else [])
 
 
 def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: tuple[int, int] | None,
@@ -32,12 +55,20 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
     if not firing:
         w("\nNo alerts: nothing in this log looks unhealthy to the rules in use.\n")
     else:
-        w(f"\n{len(firing)} alert(s):\n")
-        rows = [("STEP", "SEVERITY", "KIND", "RULE", "METRIC", "VALUE", "ACTION")]
-        rows += [(str(a.step), a.severity, a.kind, a.rule, a.metric, fmt(a.value), a.action) for a in firing]
-        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-        for r in rows:
-            w("  " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() + "\n")
+        groups = by_incident(firing)
+        n = sum(1 for inc, _ in groups if inc is not None)
+        w(f"\n{len(firing)} alert(s)" + (f" in {n} incident(s)" if n else "") + ":\n")
+        head = ("STEP", "SEVERITY", "KIND", "RULE", "METRIC", "VALUE", "ACTION")
+        rows = [[(str(a.step), a.severity, a.kind, a.rule, a.metric, fmt(a.value), a.action) for a in members]
+                for _, members in groups]
+        widths = [max(len(r[i]) for r in [head, *(x for g in rows for x in g)]) for i in range(len(head))]
+        line = lambda r: "    " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() + "\n"  # noqa: E731
+        for (inc, _), group in zip(groups, rows):
+            k = rules_of(inc) if inc else 0
+            w(f"\n  incident {inc['id']}: {summary(inc)}" + (f"; {k} rules agreed" if k > 1 else "") + "\n"
+              if inc else "\n  not in an incident (info):\n")
+            for r in [head, *group]:
+                w(line(r))
         w("\nWhy:\n")
         for a in firing:
             w(f"  step {a.step} [{a.rule}] {a.message}\n")
@@ -53,7 +84,9 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         keep = (f"; the checkpoint to keep: step {a.checkpoint_step} (best {best[0]} before the stop)"
                 if a.checkpoint_step is not None and best is not None else
                 f"; the checkpoint to keep: step {a.checkpoint_step}" if a.checkpoint_step is not None else "")
-        w(f"  rlguard would have STOPPED the run at step {a.step} ({a.kind}, rule {a.rule}){keep}.\n")
+        w(f"  rlguard would have STOPPED the run at step {a.step} ({stop.kind}, rule {a.rule}){keep}.\n")
+        if a.incident and a.incident["cause"]["rule"] != a.rule:
+            w(f"  the incident it stopped: {summary(a.incident)}.\n")
     else:
         w("  no stop: the run would have continued to the end.\n")
         if best is not None:

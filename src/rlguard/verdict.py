@@ -18,11 +18,15 @@ the keys of an :class:`~rlguard.alerts.Alert`::
 ``rlguard/stop.json`` (written by the run that stopped) and ``RLGUARD_STOP`` (a stop request
 written by the daemon or a person), one shape::
 
-    {"run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source"}
+    {"run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source", "incident"}
 
 ``keep_step`` is the step whose checkpoint to keep (the best evaluation before the fault),
 ``checkpoint`` its folder when the writer knows it, ``source`` who decided ("rlguard
-watchdog", "rlguard daemon", "external" for a request the run obeyed).
+watchdog", "rlguard daemon", "external" for a request the run obeyed). ``kind`` is the cause of
+the incident the stopping alert belongs to (see :mod:`rlguard.incidents`): a KL blow-up that
+followed a gradient explosion stops as ``grad_explosion``; ``rule`` is the rule that stopped;
+``incident`` is that incident as the stop saw it (``id``, ``started``, ``cause``, ``followed``:
+what fired after the cause), None for an external stop or a record written before incidents.
 """
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ from .alerts import Action, Decision
 
 DECISION_KEYS = ("run", "rule", "kind", "severity", "action", "step", "metric", "value", "message", "status",
                  "line", "checkpoint_step", "labels", "annotations", "incident")
-STOP_KEYS = ("run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source")
+STOP_KEYS = ("run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source", "incident")
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class Verdict:
     rule: str = ""
     reason: str = ""
     keep_step: int | None = None
+    incident: dict | None = None  # the stopping alert's incident (cause, what followed)
 
     @property
     def stop(self) -> bool:
@@ -68,7 +73,8 @@ class Verdict:
         for d in decisions:
             if d.action is Action.STOP:
                 a = d.alert
-                return cls("stop", d.step, d.kind, a.rule if a else "", d.reason, a.checkpoint_step if a else None)
+                return cls("stop", d.step, d.kind, a.rule if a else "", d.reason, a.checkpoint_step if a else None,
+                           _incident(a.incident) if a else None)
             if d.action is Action.CHECKPOINT and first_ckpt is None:
                 first_ckpt = cls("checkpoint", d.step, d.kind, d.alert.rule if d.alert else "", d.reason)
         return first_ckpt or cls()
@@ -113,7 +119,12 @@ def stop_record(verdict: Verdict, run: str, source: str, checkpoint: str | None 
     """The body of ``stop.json`` and of ``RLGUARD_STOP`` (see the module doc)."""
     return {"run": run, "step": verdict.step, "kind": verdict.kind, "rule": verdict.rule,
             "reason": verdict.reason, "keep_step": verdict.keep_step, "checkpoint": checkpoint,
-            "source": source}
+            "source": source, "incident": verdict.incident}
+
+
+def _incident(inc: dict | None) -> dict | None:
+    """An alert's incident for the stop record: what the incident is, not the alert's place in it."""
+    return None if inc is None else {k: v for k, v in inc.items() if k != "inhibited"}
 
 
 class RunRecords:

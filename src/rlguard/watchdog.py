@@ -21,11 +21,13 @@ from .columns import Column, Naming, Recent, columnize
 from .detectors.base import robust_sigma_of_diffs
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
+from .incidents import Incidents, in_incident
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
 from .vocab import Vocabulary
 
-STATE_VERSION = 1
+STATE_VERSION = 2  # 2: the run's incidents (a version-1 state loads with none open)
+_READABLE_STATES = (1, 2)
 #: ``metrics: ["*"]``: a rule on every metric no other rule of its detector names
 ANY_METRIC = "*"
 
@@ -91,6 +93,7 @@ class Watchdog:
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._needed = _needed(self.rules)
         self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
+        self.incidents = Incidents()
 
     # ------------------------------------------------------------------ feeding
     def observe(self, step: int, metrics: Mapping[str, float], line: int = 0) -> list[Decision]:
@@ -125,12 +128,16 @@ class Watchdog:
             self._finite_seen.update(n for n, c in cols.items()
                                      if n not in self._finite_seen and np.isfinite(c.values).any())
         new_alerts.sort(key=lambda t: (t[0], t[1]))  # arrival order, as a live run sees them
+        self.incidents.assign((seq, a) for seq, _, a in new_alerts)
         self.alerts.extend(a for _, _, a in new_alerts)
         for name in self._needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
         pending.sort(key=lambda t: (t[0], t[1]))
         decisions = [d for _, _, d in pending]
         for d in decisions:
+            spoken = in_incident(d.alert) if d.alert is not None else None
+            if spoken is not None:  # decisions speak for the incident: its cause's kind
+                d.kind, d.reason = spoken
             if d.action is Action.STOP and self.stop_decision is None:
                 self.stop_decision = d
         return decisions
@@ -316,11 +323,12 @@ class Watchdog:
             "stop": None if self.stop_decision is None else self.stop_decision.to_dict(),
             "prev": None if self._prev is None else [self._prev.step, self._prev.metrics],
             "finite_seen": sorted(self._finite_seen),
+            "incidents": self.incidents.state_dict(),
         }
 
     def load_state_dict(self, s: Mapping[str, Any]) -> None:
-        if s.get("version") != STATE_VERSION:
-            raise StateError(f"state version {s.get('version')!r} is not {STATE_VERSION}")
+        if s.get("version") not in _READABLE_STATES:
+            raise StateError(f"state version {s.get('version')!r} is not one of {list(_READABLE_STATES)}")
         try:
             self.seq, self.first_step = int(s["seq"]), s["first_step"]
             self.naming.source.update(s["sources"])
@@ -348,6 +356,9 @@ class Watchdog:
             self._finite_seen = set(s.get("finite_seen", []))
             if s.get("prev"):
                 self._prev = LogRecord(int(s["prev"][0]), dict(s["prev"][1]), 0)
+            self.incidents = Incidents()
+            if s.get("incidents"):
+                self.incidents.load_state_dict(s["incidents"])
         except (KeyError, TypeError, ValueError) as exc:
             raise StateError(f"corrupt state: {exc!r}") from None
 

@@ -198,3 +198,29 @@ def test_an_unreadable_payload_goes_dead_instead_of_breaking_the_loop(tmp_path):
     counts = d.flush()
     assert (counts.dead, counts.sent) == (1, 1)
     assert "unreadable payload" in d.outbox.get("garbage").last_error
+
+
+def test_six_rules_of_one_kind_reach_slack_as_one_incident_line(fake_slack, tmp_path):
+    """A reward-variance collapse trips six rules: Slack gets one line, its cause and how many agreed."""
+    from rlguard.incidents import Incidents
+
+    d, _ = make(tmp_path, SlackNotifier(webhook_url=fake_slack.webhook_url, **FAST))
+    watched = [("RLG-ALL-GROUPS-TIED", "frac_zero_std"), ("RLG-FRAC-ZERO-STD-SUSTAINED", "frac_zero_std"),
+               ("RLG-REWARD-STD-COLLAPSE", "reward_std"), ("RLG-FRAC-ZERO-STD-HIGH", "frac_zero_std"),
+               ("RLG-REWARD-STD-ZERO-STREAK", "reward_std"), ("RLG-GROUP-STD-ZERO", "group_std")]
+    alerts = [make_alert(rule=r, metric=m, kind="reward_variance_collapse", severity="warning",
+                         step=151 + i // 2, value=0.0, message=f"{m} is 0 ({r})") for i, (r, m) in enumerate(watched)]
+    Incidents().assign((a.step, a) for a in alerts)
+    assert d.submit(alerts) == 1
+    assert d.flush().sent == 1
+    [req] = fake_slack.requests
+    blocks = req.body["blocks"]
+    assert blocks[0]["text"]["text"] == ":warning: 6 alerts firing: one incident, reward variance collapse"
+    lines = [b["text"]["text"] for b in blocks if b["type"] == "section" and "text" in b
+             and not b["text"]["text"].startswith("*What to check*")]
+    assert len(lines) == 1, lines  # one line for the incident, none per rule
+    [line] = lines
+    assert line.startswith(":warning: *reward variance collapse at step 151* · cause `frac_zero_std` = 0 "
+                           "· rule RLG-ALL-GROUPS-TIED · 6 rules agreed · alert only; the run continues")
+    assert "RLG-GROUP-STD-ZERO" not in line and "reward_variance_collapse incident (from step 151)" in req.body["text"]
+    assert sum(a.incident["inhibited"] for a in alerts) == 5

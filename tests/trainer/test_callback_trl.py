@@ -65,6 +65,9 @@ def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path, caplog):
     (line,) = [r.getMessage() for r in caplog.records if "stopping the run" in r.getMessage()]
     assert f"at step {stop['step']}" in line and "reward_variance_collapse" in line
     assert f"checkpoint to keep: {out / ('checkpoint-%d' % stop['step'])}" in line
+    # and the incident it stopped: its cause, and how many rules agreed
+    (incident,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rlguard: incident ")]
+    assert f"reward variance collapse at step {stop['incident']['started']}" in incident, incident
     # the alert in a real TensorBoard event file written by the run, beside its curves
     (alerts_file,) = list((out / "runs").glob("*/events.out.tfevents.*.rlguard"))
     data = alerts_file.read_bytes()

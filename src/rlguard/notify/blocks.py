@@ -1,5 +1,9 @@
 """Slack Block Kit for rlguard messages: what fired, why, what was done, what to check.
 
+A grouped message speaks in incidents (:mod:`rlguard.incidents`): one line per incident, with
+its cause, what followed and how many rules agreed; the alerts of an incident, inhibited ones
+included, are not listed one by one. Alerts in no incident and resolutions get a line each.
+
 Everything that comes from a log (run and metric names, reasons) is untrusted: anyone who can
 write the log can write ``<!channel>`` or ``<http://evil|click here>`` into a run name. All
 such text is escaped as Slack requires (``&``, ``<``, ``>``), which makes mentions and links
@@ -14,6 +18,8 @@ import re
 from typing import Any
 
 from ..alerts import Alert
+from ..incidents import kind_words, rules_of, summary
+from ..render import by_incident
 from ..render import hints as rule_hints
 from .message import Message, action_rank, severity_rank
 
@@ -155,8 +161,11 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
               _field("Action", action_text(a))]
     if a.line is not None:
         fields.append(_field("Log line", a.line))
+    inc = a.incident
+    cause = (_titled(f"Incident {inc['id']}", summary(inc))
+             if inc and (inc["cause"]["rule"], inc["cause"]["metric"]) != (a.rule, a.metric) else None)
     blocks = [_header(head), {"type": "section", "fields": fields[:MAX_FIELDS]},
-              _titled("Why", a.message), _hints([a])]
+              _titled("Why", a.message), cause, _hints([a])]
     return [b for b in blocks if b is not None] + [_footer(message)]
 
 
@@ -182,12 +191,42 @@ def _alert_line(a: Alert) -> dict[str, Any]:
     return _section(head + "\n" + fit(a.message, max(0, MAX_TEXT - _units(head) - 1)))
 
 
+def _incident_line(inc: dict[str, Any], members: list[Alert]) -> dict[str, Any]:
+    """One incident: its cause, what followed, how many rules agreed, the strongest action."""
+    worst, c = _worst(members), inc["cause"]
+    agreed = max(rules_of(inc), len({(a.rule, a.metric) for a in members}))
+    head = (f"{_EMOJI.get(worst.severity, ':warning:')} *{fit(kind_words(c['kind']), 60)} at step "
+            f"{_num(c['step'])}* · cause `{fit(c['metric'], MAX_VALUE)}` = {_num(fmt_value(c['value']))} "
+            f"· rule {fit(c['rule'], MAX_VALUE)} · {agreed} rule{'s' if agreed > 1 else ''} agreed "
+            f"· {fit(action_text(worst), 200)}")
+    seen, after = {c["kind"]}, []
+    for f in inc.get("followed") or []:
+        if f["kind"] not in seen:
+            seen.add(f["kind"])
+            after.append(f"{kind_words(f['kind'])} at step {f['step']} ({f['metric']} {fmt_value(f['value'])})")
+    body = (f"followed by {', '.join(after)}\n" if after else "") + worst.message
+    return _section(head + "\n" + fit(body, max(0, MAX_TEXT - _units(head) - 1)))
+
+
+def _lines(message: Message) -> list[dict[str, Any]]:
+    """One line per incident, one per firing alert in none, one per resolution."""
+    out = []
+    for inc, members in by_incident(message.firing):
+        out += [_incident_line(inc, members)] if inc is not None else [_alert_line(a) for a in members]
+    return out + [_alert_line(a) for a in message.resolved]
+
+
 def _grouped(message: Message) -> list[dict[str, Any]]:
     firing, resolved = message.firing, message.resolved
     run = message.alerts[0].run
     if firing:
         worst = _worst(firing)
         head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} alerts firing"
+        incidents = {a.incident["id"]: a.incident for a in firing if a.incident}
+        if len(incidents) == 1 and all(a.incident for a in firing):
+            head += f": one incident, {kind_words(next(iter(incidents.values()))['cause']['kind'])}"
+        elif incidents:
+            head += f" in {len(incidents)} incidents"
         if resolved:
             head += f", {len(resolved)} resolved"
     else:
@@ -196,10 +235,11 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
     if worst is not None:
         fields += [_field("Highest severity", worst.severity), _field("Action", action_text(worst))]
     blocks = [_header(head), {"type": "section", "fields": fields}]
-    blocks += [_alert_line(a) for a in message.alerts[:MAX_LISTED]]
-    if len(message.alerts) > MAX_LISTED:
-        blocks.append(_context(f"… and {len(message.alerts) - MAX_LISTED} more alert(s) not "
-                               f"listed ({len(message.alerts)} in all)."))
+    lines = _lines(message)
+    blocks += lines[:MAX_LISTED]
+    if len(lines) > MAX_LISTED:
+        blocks.append(_context(f"… and {len(lines) - MAX_LISTED} more alert(s) not "
+                               f"listed ({len(lines)} in all)."))
     hints = _hints(firing)
     return blocks + ([hints] if hints else []) + [_footer(message)]
 
@@ -208,7 +248,9 @@ def fallback_text(message: Message) -> str:
     """The notification text (shown where blocks are not: push notifications, old clients)."""
     a = message.alerts[0]
     if len(message.alerts) > 1:
-        kinds = ", ".join(dict.fromkeys(x.kind for x in message.alerts))
+        named = [f"{inc['cause']['kind']} incident (from step {inc['started']})" if inc else a.kind
+                 for inc, members in by_incident(message.firing) for a in (members[:1] if inc else members)]
+        kinds = ", ".join(dict.fromkeys(named + [x.kind for x in message.resolved]))
         text = (f"rlguard: {len(message.firing)} firing, {len(message.resolved)} resolved "
                 f"in run {a.run}: {kinds}")
     elif a.status == "resolved":

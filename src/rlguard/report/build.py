@@ -92,7 +92,9 @@ def _decision(r: RunData) -> dict:
     last = r.steps[1] if r.steps else a.step
     saved = max(0, last - a.step)
     secs = r.step_seconds()
-    return {"stop": a.step, "kind": a.kind, "rule": a.rule, "reason": a.message, "keep_checkpoint_step": a.checkpoint_step,
+    # the stop speaks for its incident: the cause's kind, the incident's line (rlguard.incidents)
+    return {"stop": a.step, "kind": r.stop.kind, "rule": a.rule, "reason": r.stop.reason,
+            "keep_checkpoint_step": a.checkpoint_step,
             "last_step": last, "stopped_here": saved == 0, "steps_saved": saved,
             "time_saved_s": saved * secs if secs else None}
 

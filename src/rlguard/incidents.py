@@ -1,0 +1,228 @@
+"""Incidents: the alerts one fault set off in one run, grouped, with the fault's cause.
+
+A fault rarely trips one rule: a 300x learning-rate jump blows up ``grad_norm`` at one step and
+the KL at the next; a reward-variance collapse trips six rules that watch the same thing. A
+person wants one incident that names its cause, then what followed. As Alertmanager groups
+alerts and lets the strongest one of a kind inhibit the weaker ones, :class:`Incidents` does
+so per run, online, as alerts arrive (online and replay see the same incidents):
+
+- Only firing ``warning`` and ``critical`` alerts take part (``info`` ones and resolutions stay
+  outside any incident; a resolution only tells the incident that one of its rules cleared).
+- An alert joins an incident while the incident is *open* (one of its rules still firing) or
+  within the *gap* after its latest alert or resolution: :data:`GAP_RECORDS` log records
+  (5) or :data:`GAP_STEPS` training steps (20), whichever is wider, so "close together"
+  means the same whether a trainer logs every step or every 50. A step is dated by the
+  record that fired the alert.
+- It joins only if its kind can follow the incident's cause (:data:`CAUSAL_ORDER`: a KL
+  blow-up can follow a gradient explosion, not the reverse), so a long-standing warning does
+  not swallow an unrelated fault that comes later. Otherwise it opens a new incident.
+- The cause is the incident's earliest anomaly: its first alert, or, among alerts of that same
+  step, the one first in :data:`CAUSAL_ORDER`. Every other rule that fired is listed in
+  ``followed`` (once per rule and metric, in order of arrival).
+- Within one kind, an alert is *inhibited* when a rule of the same incident and kind already
+  fires at least as strongly (severity, then action): notifiers may skip it; it is still in
+  every record (``check --format json``, ``decisions.jsonl``).
+
+Each alert carries a snapshot of its incident as the record that fired it left it (what a live
+run knew then: all that fired in that record, nothing later) in :attr:`Alert.incident`: ``{"id", "started", "cause": {"rule", "kind", "metric",
+"step", "value"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited"}``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .alerts import Action, Alert, Severity
+
+#: the gap after an incident's latest alert within which a new alert still joins it
+GAP_RECORDS = 5
+GAP_STEPS = 20
+#: kinds in causal order, upstream first: what a fault breaks first comes first (a learning
+#: rate or KL coefficient gone wrong, then the gradient, the loss, the KL, non-finite numbers,
+#: the policy's entropy and its rewards' spread, lengths, rewards, evaluation). A kind not listed
+#: (a custom pack's) comes after all of them.
+CAUSAL_ORDER = ("lr_zero", "beta_collapse", "grad_explosion", "loss_spike", "dpo_margin_explosion", "kl_high",
+                "nonfinite", "dpo_likelihood_collapse", "entropy_collapse", "reward_variance_collapse", "kl_low",
+                "length_explosion", "length_collapse", "reward_drop", "dpo_no_learning", "val_divergence",
+                "dpo_overfit", "regression", "stall", "plateau", "change_point", "duplicate_run")
+_RANK = {k: i for i, k in enumerate(CAUSAL_ORDER)}
+_WORDS = {"grad_explosion": "gradient explosion", "kl_high": "KL high", "kl_low": "KL low",
+          "lr_zero": "learning rate at zero", "nonfinite": "non-finite value", "beta_collapse": "KL coefficient collapse"}
+MAX_FOLLOWED = 50  # rule instances listed as having followed (an incident of more lists its first 50)
+
+
+def causal_rank(kind: str) -> int:
+    return _RANK.get(kind, len(CAUSAL_ORDER))
+
+
+def kind_words(kind: str) -> str:
+    """A kind as a person says it ("gradient explosion" for ``grad_explosion``)."""
+    return _WORDS.get(kind, kind.replace("_", " "))
+
+
+def _strength(a: Alert) -> tuple[int, int]:
+    try:
+        return Severity(a.severity).rank, Action(a.action).rank
+    except ValueError:
+        return Severity.CRITICAL.rank, Action.ALERT.rank
+
+
+def _finite(v: float | None) -> float | None:
+    return v if v is None or math.isfinite(v) else None  # JSON has no NaN; the message says what it was
+
+
+def _entry(a: Alert, keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: (_finite(a.value) if k == "value" else getattr(a, k)) for k in keys}
+
+
+_CAUSE = ("rule", "kind", "metric", "step", "value")
+_FOLLOWED = ("kind", "rule", "metric", "step", "value")
+
+
+@dataclass
+class Incident:
+    id: int
+    cause: dict[str, Any]
+    last_seq: int
+    last_step: int
+    followed: list[dict[str, Any]] = field(default_factory=list)
+    #: rule instances ("rule|metric") of this incident firing now -> [kind, severity rank, action rank]
+    firing: dict[str, list] = field(default_factory=dict)
+
+    @property
+    def started(self) -> int:
+        return int(self.cause["step"])
+
+    def near(self, seq: int, step: int) -> bool:
+        """Open, or within the gap after its latest alert or resolution."""
+        return bool(self.firing) or seq - self.last_seq <= GAP_RECORDS or 0 <= step - self.last_step <= GAP_STEPS
+
+    def accepts(self, a: Alert, seq: int) -> bool:
+        same_step_upstream = a.step == self.started and causal_rank(a.kind) < causal_rank(self.cause["kind"])
+        return self.near(seq, a.step) and (same_step_upstream
+                                           or causal_rank(a.kind) >= causal_rank(self.cause["kind"]))
+
+    def snapshot(self, inhibited: bool) -> dict[str, Any]:
+        return {"id": self.id, "started": self.started, "cause": dict(self.cause),
+                "followed": [dict(f) for f in self.followed], "inhibited": inhibited}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "cause": self.cause, "last_seq": self.last_seq, "last_step": self.last_step,
+                "followed": self.followed, "firing": self.firing}
+
+
+class Incidents:
+    """The incidents of one run (see the module doc). Feed it every alert in arrival order."""
+
+    def __init__(self) -> None:
+        self.active: list[Incident] = []  # open, or recent enough to be joined
+        self.next_id = 1
+
+    def assign(self, alerts: Iterable[tuple[int, Alert]]) -> None:
+        """Give each firing warning/critical alert its incident (``alert.incident``). ``alerts``:
+        (sequence number of the record that fired it, alert) in arrival order. Alerts of one
+        record are taken upstream kind first, so a record's cause is the same whatever the
+        order its rules were evaluated in, and each sees its incident as the whole record left
+        it (a stop of the record lists all that fired with it)."""
+        record: list[tuple[Alert, Incident, bool]] = []
+        last = None
+        for seq, a in sorted(alerts, key=lambda t: (t[0], causal_rank(t[1].kind))):
+            if seq != last:
+                _settle(record)
+                last = seq
+            placed = self._one(seq, a)
+            if placed is not None:
+                record.append((a, *placed))
+        _settle(record)
+
+    def _one(self, seq: int, a: Alert) -> tuple[Incident, bool] | None:
+        key = f"{a.rule}|{a.metric}"
+        if a.status == "resolved":
+            for inc in self.active:
+                if inc.firing.pop(key, None) is not None:
+                    inc.last_seq, inc.last_step = seq, a.step
+            return None
+        if a.severity not in (Severity.WARNING.value, Severity.CRITICAL.value):
+            return None
+        self.active = [inc for inc in self.active if inc.near(seq, a.step)]
+        joinable = [inc for inc in self.active if inc.accepts(a, seq)]
+        if joinable:
+            inc = max(joinable, key=lambda i: (i.last_seq, i.id))
+            if a.step == inc.started and causal_rank(a.kind) < causal_rank(inc.cause["kind"]):
+                old = inc.cause
+                inc.followed = [{k: old[k] for k in _FOLLOWED}] + [
+                    f for f in inc.followed if (f["rule"], f["metric"]) != (a.rule, a.metric)]
+                inc.cause = _entry(a, _CAUSE)
+            elif not any(f["rule"] == a.rule and f["metric"] == a.metric for f in inc.followed) \
+                    and not (inc.cause["rule"] == a.rule and inc.cause["metric"] == a.metric) \
+                    and len(inc.followed) < MAX_FOLLOWED:
+                inc.followed.append(_entry(a, _FOLLOWED))
+        else:
+            inc = Incident(self.next_id, _entry(a, _CAUSE), seq, a.step)
+            self.next_id += 1
+            self.active.append(inc)
+        mine = _strength(a)
+        inhibited = any(k != key and kind == a.kind and (sev, act) >= mine
+                        for k, (kind, sev, act) in inc.firing.items())
+        inc.firing[key] = [a.kind, *mine]
+        inc.last_seq, inc.last_step = seq, a.step
+        return inc, inhibited
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        return {"next_id": self.next_id, "active": [inc.to_dict() for inc in self.active]}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        self.next_id = int(s["next_id"])
+        self.active = [Incident(**d) for d in s["active"]]
+
+
+def _settle(record: list[tuple[Alert, Incident, bool]]) -> None:
+    """The alerts of one record get their incidents as the record left them; the list empties."""
+    for a, inc, inhibited in record:
+        a.incident = inc.snapshot(inhibited)
+    record.clear()
+
+
+def summary(incident: dict[str, Any]) -> str:
+    """One line: "gradient explosion at step 31 (grad_norm 405); KL high at step 32 (kl 3.9e+04)
+    followed" (each kind that followed once, at its first alert)."""
+    c = incident["cause"]
+    text = f"{kind_words(c['kind'])} at step {c['step']} ({c['metric']} {_num(c['value'])})"
+    seen, parts = {c["kind"]}, []
+    for f in incident.get("followed") or []:
+        if f["kind"] not in seen:
+            seen.add(f["kind"])
+            parts.append(f"{kind_words(f['kind'])} at step {f['step']} ({f['metric']} {_num(f['value'])})")
+    return text + (f"; {', '.join(parts)} followed" if parts else "")
+
+
+def incident_line(incident: dict[str, Any]) -> str:
+    """"incident 1: <summary>; 8 rules agreed": what a console prints at a stop."""
+    n = rules_of(incident)
+    return f"incident {incident['id']}: {summary(incident)}" + (f"; {n} rules agreed" if n > 1 else "")
+
+
+def rules_of(incident: dict[str, Any]) -> int:
+    """How many rules (and metrics) agreed: the cause's and every one that followed."""
+    return 1 + len(incident.get("followed") or [])
+
+
+def in_incident(alert: Alert) -> tuple[str, str] | None:
+    """(kind, reason) of a decision on ``alert`` spoken as its incident: the cause's kind, and
+    the incident's line before the alert's own message. None when the alert is its incident's
+    cause (or is in none): the alert speaks for itself."""
+    inc = alert.incident
+    if not inc:
+        return None
+    c = inc["cause"]
+    if (c["rule"], c["metric"], c["step"]) == (alert.rule, alert.metric, alert.step):
+        return None
+    return c["kind"], f"{summary(inc)} [{alert.rule}: {alert.message}]"
+
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "not finite"
+    return f"{v:.4g}"
