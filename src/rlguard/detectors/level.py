@@ -132,6 +132,8 @@ class Collapse(_Rolling):
             "judge only while the 10 samples before this one (less the collapse in progress) stay "
             "within this factor of each other: a metric whose own noise swings 50x between "
             "records (tiny-batch entropy) gets no opinion from a short-window rule"))
+        spread_window: int = Field(10, ge=3, description=(
+            "samples before each candidate that max_spread and recent_ratio look at"))
         recent_ratio: float | None = Field(None, gt=0, lt=1, description=(
             "and level <= this times the median of the 10 samples before (less the collapse in "
             "progress): a fall from where the metric sat, not from a burst that made the peak"))
@@ -144,7 +146,8 @@ class Collapse(_Rolling):
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
         rw = p.ref_window
-        keep = max(p.window, rw or 1, 11 if p.max_spread is not None or p.recent_ratio is not None else 1) - 1
+        calm = p.spread_window + 1 if p.max_spread is not None or p.recent_ratio is not None else 1
+        keep = max(p.window, rw or 1, calm) - 1
         hist, level, first = self._levels(chunk, keep)
         n = len(level)
         pos = first + np.arange(n)
@@ -185,7 +188,7 @@ class Collapse(_Rolling):
         out = np.zeros(len(where), dtype=bool)
         off = len(hist) - n
         for i, j in enumerate(where.tolist()):  # the 10 samples before each candidate
-            prev = hist[max(0, off + j - 10): off + j]
+            prev = hist[max(0, off + j - p.spread_window): off + j]
             low = prev <= p.max_ratio * ref[j]
             streak = len(low) - (np.flatnonzero(~low)[-1] + 1) if (~low).any() else len(low)
             prev = prev[: len(prev) - streak]  # the collapse in progress is not noise; earlier dips are
