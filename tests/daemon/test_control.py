@@ -8,6 +8,8 @@ import sys
 
 from daemon_helpers import append, constant_reward, healthy
 
+from rlguard.verdict import STOP_KEYS
+
 
 def cli(*args):
     return subprocess.run([sys.executable, "-m", "rlguard", *map(str, args)], capture_output=True, text=True,
@@ -37,7 +39,7 @@ def test_status_and_stop_through_the_daemon(tmp_path, daemon_factory):
     assert ok.returncode == 0, ok.stderr
     body = json.loads((tmp_path / "runs" / "ok" / "RLGUARD_STOP").read_text())
     assert body["reason"] == "eval looks off, stopping by hand" and body["kind"] == "manual"
-    assert set(body) == {"run", "step", "kind", "rule", "reason", "keep_step", "checkpoint", "source"}
+    assert tuple(body) == STOP_KEYS and body["incarnation"] is None  # no rlguard-aware run started there
     again = cli("stop", "ok", "--reason", "twice", "--daemon", url, "--state-dir", d.state)
     assert again.returncode == 2 and "already pending" in again.stderr
     missing = cli("stop", "nope", "--reason", "x", "--daemon", url, "--state-dir", d.state)

@@ -34,8 +34,9 @@ def grpo(model_dir, out, reward, steps, resume=None, report_to=(), **cfg):
 
     tok, model = load_pretrained(model_dir)
     data = Dataset.from_dict({"prompt": [tok.bos_token + e.prompt for e in split(all_examples(6))[0]]})
+    cfg.setdefault("save_strategy", "no")
     args = GRPOConfig(output_dir=str(out), max_steps=steps, per_device_train_batch_size=16, num_generations=4,
-                      max_completion_length=6, logging_steps=1, save_strategy="no", report_to=list(report_to),
+                      max_completion_length=6, logging_steps=1, report_to=list(report_to),
                       use_cpu=True, bf16=False, seed=0, disable_tqdm=True, **cfg)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tok, callbacks=[RLGuardCallback()])

@@ -84,19 +84,32 @@ def _num(value: object) -> str:
 
 def action_text(alert: Alert) -> str:
     """The action taken, in words a person acts on."""
+    if alert.kind == "stopped":  # the daemon saw the run stop (its message says where and why)
+        return "stop request obeyed" if "after rlguard's stop request" in alert.message else "stopped on its own verdict"
+    if alert.kind == "stop_ignored":
+        return "stop request not acknowledged: check that the run has the rlguard callback"
     if alert.action == "stop":
-        keep = f"; checkpoint to keep: step {alert.checkpoint_step}" if alert.checkpoint_step is not None else ""
+        ckpt = alert.checkpoint_step  # a best evaluation inside the incident is no checkpoint to keep
+        ok = ckpt is not None and ckpt < _onset(alert)
+        keep = f"; checkpoint to keep: step {ckpt}" if ok else ""
         stop = alert.labels.get("stop")
         if stop == "requested":  # the daemon wrote a stop request; the run has not stopped yet
             return "stop requested (RLGUARD_STOP written)" + keep
+        if stop == "not needed":
+            return f"no stop request: {alert.labels.get('stop_note') or 'the run already ended'}"
         if stop == "not requested":
             return "stop decided, but no stop request could be written (see the daemon log)" + keep
-        return ("stopped; checkpoint kept at step " + str(alert.checkpoint_step)) if keep else "stopped"
+        return ("stopped; checkpoint kept at step " + str(ckpt)) if keep else "stopped"
     if alert.action == "checkpoint":
         return "checkpoint saved"
     if alert.action == "alert":
         return "alert only; the run continues"
     return str(alert.action)
+
+
+def _onset(alert: Alert) -> int:
+    inc = alert.incident
+    return inc["started"] if isinstance(inc, dict) and isinstance(inc.get("started"), int) else alert.step
 
 
 def _field(label: str, value: object) -> dict[str, str]:
@@ -153,6 +166,8 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
               _field("Severity", a.severity), _field("Metric", a.metric),
               _field("Value", fmt_value(a.value)), _field("Step", a.step),
               _field("Action", action_text(a))]
+    if a.kind in ("stopped", "stop_ignored"):  # no metric value: where the run ended, and what became of it
+        fields = [f for f in fields if f["text"].split("\n")[0] not in ("*Metric*", "*Value*")]
     if a.line is not None:
         fields.append(_field("Log line", a.line))
     blocks = [_header(head), {"type": "section", "fields": fields[:MAX_FIELDS]},
@@ -213,6 +228,8 @@ def fallback_text(message: Message) -> str:
                 f"in run {a.run}: {kinds}")
     elif a.status == "resolved":
         text = f"rlguard: resolved {a.kind} in run {a.run}: {a.metric} cleared at step {a.step}"
+    elif a.kind in ("stopped", "stop_ignored"):  # what became of a stop request: its message says it all
+        text = f"rlguard: [{a.severity}] run {a.run}: {a.message}"
     else:
         text = (f"rlguard: [{a.severity}] {a.kind} in run {a.run}: {a.metric} = "
                 f"{fmt_value(a.value)} at step {a.step}; {action_text(a)}")
