@@ -38,7 +38,7 @@ from .keep import Keep, checkpoint_to_keep
 from .rulespec import RulePack, load_packs
 from .stopfile import STOP_FILE, take_stop_request
 from .trackers import TrackerAlerts
-from .verdict import RunRecords, Verdict
+from .verdict import RunRecords, Verdict, onset_of
 from .watchdog import Watchdog
 
 STATE_FILE = "rlguard_state.json"
@@ -162,8 +162,7 @@ class RLGuardCallback(TrainerCallback):
                     self._stopping(args, state, verdict, "rlguard watchdog")
                 else:
                     verdict = Verdict()  # already stopping: say it once
-            elif verdict.protect:
-                self._protect(args, state, self._keep(verdict))
+            self._pin(args, state, decisions)
         return self._apply(args, state, control, verdict)
 
     def _apply(self, args, state, control, verdict: Verdict):
@@ -193,6 +192,14 @@ class RLGuardCallback(TrainerCallback):
         bests = [s for _, s in best.history] if best is not None else []
         return checkpoint_to_keep(saved, verdict.onset, [verdict.keep_step, *bests])
 
+    def _pin(self, args, state, decisions) -> None:
+        """When an anomaly begins, the checkpoint to keep as it stands (the newest before it) is
+        protected from rotation at once, before later saves could rotate it away."""
+        for d in decisions:
+            a = d.alert
+            if a is not None and a.status == "firing" and a.severity in ("warning", "critical"):
+                self._protect(args, state, self._keep(Verdict("checkpoint", a.step, onset=onset_of(a))))
+
     def _protect(self, args, state, keep: Keep, final: bool = False) -> None:
         """Keep ``keep`` from transformers' rotation (``save_total_limit`` spares
         ``state.best_model_checkpoint``), unless the run tracks a best model of its own. Before
@@ -205,7 +212,7 @@ class RLGuardCallback(TrainerCallback):
                 state.best_model_checkpoint = os.path.join(args.output_dir, Path(keep.path).name)
         if not final and (moved or (keep.path is None and keep.why not in self._warned)):
             self._warned.add(keep.why)
-            logger.warning("rlguard: no checkpoint saved inside the incident; %s", keep.line())
+            logger.warning("rlguard: nothing is saved inside an incident; %s", keep.line())
 
     def _external_stop_requested(self, args, state) -> Verdict:
         if not state.is_world_process_zero or self._out is None or self.stop_reason is not None:

@@ -130,3 +130,7 @@ def test_no_stop_request_for_a_run_that_already_stopped_and_a_relaunch_is_watche
     second = incarnation.begin(run, 0)
     assert not (run / "RLGUARD_STOP").exists() and incarnation.archived(run)[-1]["outcome"] == "stale"
     assert second != first
+    # the relaunch logs from step 1 again: a fresh watchdog judges it, and its own fault is stopped
+    append(run / "metrics.jsonl", STUCK)
+    d.poll()
+    assert json.loads((run / "RLGUARD_STOP").read_text())["incarnation"] == second

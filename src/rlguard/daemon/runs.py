@@ -45,6 +45,7 @@ class RunInfo:
     stop_incarnation: str | None = None  # the run start the request was written for
     stop_seen: str | None = None  # fingerprint of the run's stop record when the request was written
     stop_summaries: int = 0  # end-of-training summary records seen when the request was written
+    incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
     epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
 
 
@@ -84,6 +85,7 @@ class RunMonitor:
         self.context = dict(context or {})  # labels every alert of this run carries (run_dir, host, url)
         self.tail = FileTail(found.log, saved["tail"] if saved else None)
         self.kind = log_kind(self.tail.path)
+        self.packs = packs
         self.watchdog = Watchdog(packs=packs, run=run)
         self.info = RunInfo(**saved["info"]) if saved else RunInfo()
         if saved and saved.get("watchdog"):
@@ -132,6 +134,7 @@ class RunMonitor:
             self.info.last_error = p.error
         self.info.parse_errors += p.bad
         if p.records:
+            self._new_start(p.events)
             self.pending.extend(self._bounded(p.records))
             self.info.last_update = now
         due = self.pending and (now - self.last_eval >= eval_interval or len(self.pending) >= 1000)
@@ -155,6 +158,19 @@ class RunMonitor:
             self.info.stalled = False
         self.changed = True
         return alerts, decisions, p.events
+
+    def _new_start(self, events: list[str]) -> None:
+        """A relaunch or a resume in this directory is a new run: its records are judged by a
+        fresh watchdog, never together with the history of the run before it."""
+        inc = incarnation.current(self.run_dir) if self.found.run_dir else None
+        if inc is None or inc["id"] == self.info.incarnation:
+            return
+        if self.info.incarnation is not None:
+            self.watchdog = Watchdog(packs=self.packs, run=self.run)
+            self.pending = []
+            events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
+        self.info.incarnation = inc["id"]
+        self.changed = True
 
     def _bounded(self, records):
         """Untrusted logs: at most ``max_metrics`` distinct metric names per run are admitted;
