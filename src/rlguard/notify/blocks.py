@@ -202,7 +202,7 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
     run = message.alerts[0].run
     if firing:
         worst = _worst(firing)
-        head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} alerts firing"
+        head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} {'new ' if message.still else ''}alerts firing"
         if resolved:
             head += f", {len(resolved)} resolved"
     else:
@@ -219,6 +219,15 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
     return blocks + ([hints] if hints else []) + [_footer(message)]
 
 
+def still_line(message: Message) -> str:
+    """One line for the alerts announced before that still fire ("" when none)."""
+    if not message.still:
+        return ""
+    parts = [f"{a.kind} ({a.metric}, since step {a.step})" for a in message.still[:MAX_LISTED]]
+    more = f" and {len(message.still) - MAX_LISTED} more" if len(message.still) > MAX_LISTED else ""
+    return f"still firing, announced before: {', '.join(parts)}{more}"
+
+
 def fallback_text(message: Message) -> str:
     """The notification text (shown where blocks are not: push notifications, old clients)."""
     a = message.alerts[0]
@@ -233,6 +242,8 @@ def fallback_text(message: Message) -> str:
     else:
         text = (f"rlguard: [{a.severity}] {a.kind} in run {a.run}: {a.metric} = "
                 f"{fmt_value(a.value)} at step {a.step}; {action_text(a)}")
+    if message.still:
+        text += f" ({still_line(message)})"
     return fit(text, MAX_TEXT)
 
 
@@ -246,4 +257,6 @@ def render(message: Message) -> dict[str, Any]:
         blocks = _single_resolved(message.alerts[0], message)
     else:
         blocks = _single_firing(message.alerts[0], message)
+    if message.still:  # before the footer
+        blocks.insert(len(blocks) - 1, _context(fit(still_line(message), MAX_TEXT)))
     return {"text": fallback_text(message), "blocks": blocks[:MAX_BLOCKS]}
