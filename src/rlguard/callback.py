@@ -156,13 +156,13 @@ class RLGuardCallback(TrainerCallback):
                         notify(d.alert)
             self._say_warnings(decisions)
             verdict = Verdict.of(decisions)
-            if verdict.stop:
-                if self.stop_reason is None:
-                    self.stop_reason = verdict.reason
-                    self._stopping(args, state, verdict, "rlguard watchdog")
-                else:
-                    verdict = Verdict()  # already stopping: say it once
-            self._pin(args, state, decisions)
+            if not verdict.stop:
+                self._pin(args, state, decisions)
+            elif self.stop_reason is None:
+                self.stop_reason = verdict.reason
+                self._stopping(args, state, verdict, "rlguard watchdog")
+            else:
+                verdict = Verdict()  # already stopping: say it once
         return self._apply(args, state, control, verdict)
 
     def _apply(self, args, state, control, verdict: Verdict):
@@ -195,6 +195,8 @@ class RLGuardCallback(TrainerCallback):
     def _pin(self, args, state, decisions) -> None:
         """When an anomaly begins, the checkpoint to keep as it stands (the newest before it) is
         protected from rotation at once, before later saves could rotate it away."""
+        if self.stop_reason is not None:  # stopping: the stop record's checkpoint stays protected
+            return
         for d in decisions:
             a = d.alert
             if a is not None and a.status == "firing" and a.severity in ("warning", "critical"):
