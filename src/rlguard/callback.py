@@ -76,6 +76,7 @@ class RLGuardCallback(TrainerCallback):
         self._warned: set = set()
         self._protected: str | None = None
         self._protected_step: int | None = None
+        self._logged: set[str] = set()  # every metric key logged (the end-of-training summary aside)
 
     # ------------------------------------------------------------------ trainer events
     def on_train_begin(self, args, state, control, **kwargs):
@@ -123,6 +124,10 @@ class RLGuardCallback(TrainerCallback):
         idle = wd.idle_note()
         if idle:
             logger.warning("rlguard: %s", idle)
+        unmapped = sorted(self._logged - set(cov["raw"]) - set(cov["metrics"]))
+        if unmapped:  # a rule author's typo, or a metric no alias knows yet, hides here
+            logger.warning("rlguard: %d logged key(s) no rule or alias reads: %s", len(unmapped),
+                           ", ".join(unmapped[:60]) + (" ..." if len(unmapped) > 60 else ""))
         self.trackers.close()
         if self.incarnation is not None:
             incarnation.end(self._out, self.incarnation, state.global_step, self.stop_reason is not None,
@@ -145,6 +150,8 @@ class RLGuardCallback(TrainerCallback):
         if not metrics or key == self._last:  # evaluate() logs the same dict twice
             return control
         self._last = key
+        if self.watchdog is not None and self.watchdog.vocab.summary_markers.isdisjoint(metrics):
+            self._logged.update(metrics)
         verdict = Verdict()
         if state.is_world_process_zero and self.watchdog is not None:
             decisions = self.watchdog.observe(state.global_step, metrics)

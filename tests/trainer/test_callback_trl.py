@@ -116,6 +116,11 @@ def test_learnable_reward_runs_to_the_end(tiny, tmp_path, caplog):
     assert "over 25 logged steps" in summary and summary.endswith("alerts: none")
     (idle,) = [r.getMessage() for r in caplog.records if "nothing to watch" in r.getMessage()]
     assert "default rule(s) had nothing to watch" in idle and "metrics present:" in idle and "kl" in idle
+    # the keys no rule or alias reads are listed too (a rule author's typo hides there)
+    (unread,) = [r.getMessage() for r in caplog.records if "no rule or alias reads" in r.getMessage()]
+    logged = {k for row in trainer.state.log_history[:-1] for k in row}
+    listed = unread.split("reads: ")[1].split(", ")
+    assert listed and set(listed) <= logged and "kl" not in listed and "train_runtime" not in listed
     assert trainer.state.global_step == 25
     assert not (out / "rlguard" / "stop.json").exists()
     path = out / "rlguard" / "decisions.jsonl"
