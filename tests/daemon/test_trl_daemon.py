@@ -94,5 +94,6 @@ def test_daemon_beside_real_trl_run_one_run_one_message_stopped_by_stop_file(tmp
     assert "stop requested (RLGUARD_STOP written)" in body
     d.wait_for(lambda: 'rlguard_run_stopped{run="grpo-const"} 1.0' in d.metrics(), "run not seen as stopped")
     log = d.log.read_text()
-    assert "events.out.tfevents" in log.split("watching", 1)[1].splitlines()[0]  # followed through TensorBoard
+    first = next(ln for ln in log.splitlines() if " as run " in ln)  # "watching DIR as run NAME (...)"
+    assert "events.out.tfevents" in first  # followed through TensorBoard
     d.stop()
