@@ -1,6 +1,7 @@
 """rlguard: a training-health monitor and early-stopping service for RL fine-tuning of LLMs."""
 from .alerts import Action, Alert, Decision, Kind, Severity
 from .errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
+from .keep import Keep, checkpoint_to_keep
 from .rulespec import Rule, RulePack, load_pack, load_packs
 from .verdict import RunRecords, Verdict, decision_record, stop_record
 from .watchdog import Watchdog
@@ -19,5 +20,5 @@ def __getattr__(name: str):
         return RLGuardCallback
     raise AttributeError(f"module 'rlguard' has no attribute {name!r}")
 __all__ = ["RLGuardCallback", "Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
-           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "RLGuardError", "InputError",
+           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "checkpoint_to_keep", "RLGuardError", "InputError",
            "LogFormatError", "RuleError", "StateError"]

@@ -175,7 +175,8 @@ def _add_stop(sub) -> None:
                                     "directory: then RLGUARD_STOP is written there directly.")
     sp.add_argument("run", metavar="RUN")
     sp.add_argument("--reason", required=True, help="why (shown to the run and in its stop record)")
-    sp.add_argument("--daemon", default="http://127.0.0.1:9108", metavar="URL")
+    sp.add_argument("--daemon", metavar="URL", help="the daemon's address (default: the one it recorded in "
+                    "--state-dir, else http://127.0.0.1:9108)")
     sp.add_argument("--state-dir", help="the daemon's state dir (its control.token authorises the request)")
     sp.add_argument("--token-file", help="a file holding the daemon's control token")
     sp.set_defaults(func=cmd_stop)

@@ -21,9 +21,29 @@ def get_status(daemon: str, state_dir: str | None = None, token_file: str | None
     return _call(daemon.rstrip("/") + "/status", None, _token(state_dir, token_file) if given else None)
 
 
-def request_stop(run: str, reason: str, *, daemon: str, state_dir: str | None = None,
+DEFAULT_DAEMON = "http://127.0.0.1:9108"
+
+
+def daemon_address(daemon: str | None, state_dir: str | None) -> str:
+    """``--daemon``, else the address the daemon recorded in its state dir, else the default."""
+    if daemon:
+        return daemon
+    if state_dir:
+        try:
+            recorded = Path(state_dir, "listen.url").read_text()[:300].strip()
+        except OSError:
+            recorded = ""
+        if recorded.startswith("http://"):
+            return recorded
+    return DEFAULT_DAEMON
+
+
+def request_stop(run: str, reason: str, *, daemon: str | None = None, state_dir: str | None = None,
                  token_file: str | None = None) -> str:
     """A run directory gets ``RLGUARD_STOP`` directly; a run name goes through the daemon."""
+    if not os.path.isdir(run) and (os.sep in run or run.startswith((".", "~"))):
+        raise InputError("unknown run: no such run directory (a run the daemon watches is named without '/'; "
+                         "see rlguard status)", path=run)
     if os.path.isdir(run):
         body = stop_record(Verdict("stop", None, "manual", "rlguard stop", reason), Path(run).resolve().name,
                            f"rlguard stop ({getpass.getuser()})")
@@ -31,7 +51,7 @@ def request_stop(run: str, reason: str, *, daemon: str, state_dir: str | None = 
             raise InputError("a stop request is already pending there (RLGUARD_STOP)", path=run)
         return f"stop requested: wrote {Path(run) / 'RLGUARD_STOP'}"
     token = _token(state_dir, token_file)
-    answer = _call(daemon.rstrip("/") + "/stop", {"run": run, "reason": reason}, token)
+    answer = _call(daemon_address(daemon, state_dir).rstrip("/") + "/stop", {"run": run, "reason": reason}, token)
     return f"stop requested for run {answer['run']} (RLGUARD_STOP written to {answer['run_dir']}, step {answer['step']})"
 
 

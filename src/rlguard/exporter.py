@@ -10,7 +10,8 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
 - ``rlguard_alerts_total{run,kind,severity}``: alerts fired since the run was first seen;
 - ``rlguard_run_last_update_timestamp_seconds{run}``, ``rlguard_run_last_step{run}``,
   ``rlguard_run_stalled{run}``, ``rlguard_run_stop_requested{run}``, ``rlguard_run_stopped{run}`` (the
-  run was seen to stop after the request);
+  run was seen to stop after the request: its stop record), ``rlguard_run_stop_ignored{run}`` (it
+  ended or went quiet without acknowledging the request: counted apart from obeyed stops);
 - ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
 - ``rlguard_runs_watched``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
   ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead);
@@ -66,7 +67,9 @@ class RLGuardCollector:
             "stopped": GaugeMetricFamily("rlguard_run_stop_requested", "1 once rlguard requested a stop",
                                          labels=run),
             "done": GaugeMetricFamily("rlguard_run_stopped", "1 once a run that rlguard asked to stop is seen to "
-                                      "stop (its stop record, or no new step since the request)", labels=run),
+                                      "stop (its stop record for the run start asked)", labels=run),
+            "ignored": GaugeMetricFamily("rlguard_run_stop_ignored", "1 once a run that rlguard asked to stop "
+                                         "ended or went quiet without acknowledging the request", labels=run),
             "errors": CounterMetricFamily("rlguard_parse_errors", "Log lines or values rlguard could not use",
                                           labels=run),
             "dropped": CounterMetricFamily("rlguard_metric_names_dropped",
@@ -130,7 +133,8 @@ class RLGuardCollector:
         if snap.last_step is not None and "last_step" in f:
             f["last_step"].add_metric(base, snap.last_step)
         for key, value in (("stalled", 1 if snap.stalled else 0), ("stopped", 1 if snap.stop_state else 0),
-                           ("done", 1 if snap.stop_state == "stopped" else 0), ("errors", snap.parse_errors),
+                           ("done", 1 if snap.stop_state == "stopped" else 0),
+                           ("ignored", 1 if snap.stop_state == "ignored" else 0), ("errors", snap.parse_errors),
                            ("dropped", snap.dropped_metrics)):
             if key in f:
                 f[key].add_metric(base, value)

@@ -44,7 +44,8 @@ class TrackerAlerts:
             self._try("mlflow", self._mlflow, {f"rlguard.{a.rule}": f"step {a.step}: {a.message}"})
 
     def stop(self, step: int, reason: str, checkpoint: str | None) -> None:
-        text = f"rlguard stopped the run at step {step}: {reason}; checkpoint to keep: {checkpoint}"
+        kept = checkpoint or "none saved before the incident: restart from the initial weights"
+        text = f"rlguard stopped the run at step {step}: {reason}; checkpoint to keep: {kept}"
         if "tensorboard" in self.report_to:
             self._try("tensorboard", self._tensorboard, "rlguard/stop", text, step)
         if "mlflow" in self.report_to:

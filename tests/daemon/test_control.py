@@ -35,15 +35,23 @@ def test_status_and_stop_through_the_daemon(tmp_path, daemon_factory):
     (tmp_path / "wrong.token").write_text("not-the-token\n")
     wrong = cli("stop", "ok", "--reason", "x", "--daemon", url, "--token-file", tmp_path / "wrong.token")
     assert wrong.returncode == 2 and "403" in wrong.stderr
-    ok = cli("stop", "ok", "--reason", "eval looks off, stopping by hand", "--daemon", url, "--state-dir", d.state)
+    # no --daemon: the address the daemon recorded in its state dir (not the default port 9108)
+    assert (d.state / "listen.url").read_text().strip() == url
+    ok = cli("stop", "ok", "--reason", "eval looks off, stopping by hand", "--state-dir", d.state)
     assert ok.returncode == 0, ok.stderr
     body = json.loads((tmp_path / "runs" / "ok" / "RLGUARD_STOP").read_text())
     assert body["reason"] == "eval looks off, stopping by hand" and body["kind"] == "manual"
     assert tuple(body) == STOP_KEYS and body["incident"] is None  # the one stop shape; no incident by hand
+    assert body["incarnation"] is None  # no rlguard-aware run started there
     again = cli("stop", "ok", "--reason", "twice", "--daemon", url, "--state-dir", d.state)
     assert again.returncode == 2 and "already pending" in again.stderr
     missing = cli("stop", "nope", "--reason", "x", "--daemon", url, "--state-dir", d.state)
     assert missing.returncode == 2 and "no run 'nope'" in missing.stderr
+    gone = cli("stop", tmp_path / "nonexistent", "--reason", "x")
+    assert gone.returncode == 2 and "unknown run" in gone.stderr and "control token" not in gone.stderr
+    # one start line (at warning level: shown without -v): what it watches, where it listens, its rules
+    (start,) = [ln for ln in d.log.read_text().splitlines() if "rlguard daemon: watching" in ln]
+    assert f"listening on {url}" in start and "rules in" in start and "run(s) found" in start
     d.stop()
 
 

@@ -75,7 +75,10 @@ def test_daemon_beside_real_trl_run_one_run_one_message_stopped_by_stop_file(tmp
     assert stop["kind"] == "external" and "reward" in stop["reason"]
     assert trainer.state.global_step < 60
     print(f"stopped by the daemon at step {trainer.state.global_step} of 60")
-    assert (out / "RLGUARD_STOP.handled").is_file()
+    from rlguard import incarnation
+
+    assert not (out / "RLGUARD_STOP").exists() and stop["incarnation"] == incarnation.current(out)["id"]
+    assert incarnation.archived(out)[-1]["outcome"] == "honoured"  # the request left with its run
     assert not list(out.glob("checkpoint-*/RLGUARD_STOP*"))
 
     # one run: the output dir (not a run per checkpoint folder or event file)
@@ -91,5 +94,6 @@ def test_daemon_beside_real_trl_run_one_run_one_message_stopped_by_stop_file(tmp
     assert "stop requested (RLGUARD_STOP written)" in body
     d.wait_for(lambda: 'rlguard_run_stopped{run="grpo-const"} 1.0' in d.metrics(), "run not seen as stopped")
     log = d.log.read_text()
-    assert "events.out.tfevents" in log.split("watching", 1)[1].splitlines()[0]  # followed through TensorBoard
+    first = next(ln for ln in log.splitlines() if " as run " in ln)  # "watching DIR as run NAME (...)"
+    assert "events.out.tfevents" in first  # followed through TensorBoard
     d.stop()

@@ -57,8 +57,11 @@ def test_firing_alert_has_header_fields_reason_hint_and_fallback():
 
 
 def test_stop_says_which_checkpoint_was_kept_and_warning_has_its_emoji():
-    p = render(msg(make_alert(action="stop", checkpoint_step=45, severity="warning", value=float("nan"))))
+    p = render(msg(make_alert(action="stop", step=50, checkpoint_step=45, severity="warning", value=float("nan"))))
     assert fields(p)["Action"] == "stopped; checkpoint kept at step 45"
+    inside = make_alert(action="stop", step=50, checkpoint_step=45)  # a best evaluation inside the incident
+    inside.incident = {"id": 1, "started": 42, "cause": {}}
+    assert fields(render(msg(inside)))["Action"] == "stopped"  # is no checkpoint to keep
     assert fields(p)["Value"] == "NaN"
     assert p["blocks"][0]["text"]["text"].startswith(":warning: Warning:")
     assert "stopped; checkpoint kept at step 45" in p["text"]

@@ -45,14 +45,22 @@ def test_group_wait_zero_sends_at_once():
     assert len(m.alerts) == 3
 
 
-def test_new_alert_in_notified_group_waits_for_group_interval_and_carries_the_group():
+def test_new_alert_in_notified_group_waits_for_group_interval_and_says_what_is_new():
+    """The later message lists what is new; what was announced and still fires is one line."""
+    from rlguard.notify.blocks import render
+
     r = router()
     r.route([make_alert(metric="loss")], now=0)
     assert len(r.route([], now=WAIT)) == 1
     assert r.route([make_alert(metric="kl", rule="RLG-KL")], now=60) == []
     assert r.route([], now=WAIT + INTERVAL - 1) == []
     [m] = r.route([], now=WAIT + INTERVAL)
-    assert sorted(a.metric for a in m.alerts) == ["kl", "loss"] and m.repeat == 0
+    assert [a.metric for a in m.alerts] == ["kl"] and [a.metric for a in m.still] == ["loss"] and m.repeat == 0
+    body = render(m)
+    text = json.dumps(body)
+    assert text.count("still firing, announced before") == 2  # the fallback text and one context line
+    assert "nonfinite (loss, since step 10)" in body["text"] and "`loss`" not in text  # not listed again
+    assert type(m).from_dict(json.loads(json.dumps(m.to_dict()))).still[0].metric == "loss"  # the outbox keeps it
 
 
 def test_repeat_interval_resends_an_unchanged_firing_group_with_a_new_key():

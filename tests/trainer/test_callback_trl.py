@@ -34,8 +34,9 @@ def grpo(model_dir, out, reward, steps, resume=None, report_to=(), **cfg):
 
     tok, model = load_pretrained(model_dir)
     data = Dataset.from_dict({"prompt": [tok.bos_token + e.prompt for e in split(all_examples(6))[0]]})
+    cfg.setdefault("save_strategy", "no")
     args = GRPOConfig(output_dir=str(out), max_steps=steps, per_device_train_batch_size=16, num_generations=4,
-                      max_completion_length=6, logging_steps=1, save_strategy="no", report_to=list(report_to),
+                      max_completion_length=6, logging_steps=1, report_to=list(report_to),
                       use_cpu=True, bf16=False, seed=0, disable_tqdm=True, **cfg)
     trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                           processing_class=tok, callbacks=[RLGuardCallback()])
@@ -53,21 +54,35 @@ def echo(prompts, completions, **_):
     return [echo_reward(p, c, 6) for p, c in zip(prompts, completions)]
 
 
-def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path, caplog):
+def checkpoints(out) -> list[int]:
+    return sorted(int(p.name.split("-")[1]) for p in out.glob("checkpoint-*"))
+
+
+def test_constant_reward_is_stopped_keeping_a_checkpoint_from_before_the_incident(tiny, tmp_path, caplog):
     out = tmp_path / "const"
     with caplog.at_level("WARNING", logger="rlguard"):
-        trainer = grpo(tiny, out, constant, 40, report_to=["tensorboard"])
+        trainer = grpo(tiny, out, constant, 40, report_to=["tensorboard"], save_strategy="steps", save_steps=2)
     stop = json.loads((out / "rlguard" / "stop.json").read_text())
     assert stop["kind"] == "reward_variance_collapse"
     assert trainer.state.global_step == stop["step"] <= 8  # a few logging steps, not 40
-    assert (out / f"checkpoint-{stop['step']}" / "rlguard_state.json").is_file()
-    # one line on the console: why, and the checkpoint to keep
+    # nothing saved inside the incident: only the schedule's checkpoints (even steps), none at the stop
+    assert checkpoints(out) and all(s % 2 == 0 for s in checkpoints(out))
+    assert stop["onset"] is not None and stop["onset"] <= stop["step"]
+    # one line on the console: why, where the incident began, and the checkpoint to keep
     (line,) = [r.getMessage() for r in caplog.records if "stopping the run" in r.getMessage()]
     assert f"at step {stop['step']}" in line and "reward_variance_collapse" in line
-    assert f"checkpoint to keep: {out / ('checkpoint-%d' % stop['step'])}" in line
+    assert f"the incident began at step {stop['onset']}" in line
+    if stop["keep_step"] is None:
+        assert stop["checkpoint"] is None
+        assert f"checkpoint to keep: none saved before step {stop['onset']}: restart from the initial weights" in line
+    else:  # keep_step and checkpoint agree, precede the incident, and are on disk
+        assert stop["checkpoint"] == str(out / f"checkpoint-{stop['keep_step']}")
+        assert stop["keep_step"] < stop["onset"] and (out / f"checkpoint-{stop['keep_step']}").is_dir()
+        assert f"checkpoint to keep: {stop['checkpoint']} (" in line
     # and the incident it stopped: its cause, and how many rules agreed
     (incident,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("rlguard: incident ")]
     assert f"reward variance collapse at step {stop['incident']['started']}" in incident, incident
+    assert stop["incident"]["started"] == stop["onset"]
     # the alert in a real TensorBoard event file written by the run, beside its curves
     (alerts_file,) = list((out / "runs").glob("*/events.out.tfevents.*.rlguard"))
     data = alerts_file.read_bytes()
@@ -83,13 +98,18 @@ def test_constant_reward_is_stopped_with_a_checkpoint(tiny, tmp_path, caplog):
     assert stops and stops[0]["run"] == "const" and stops[0]["step"] == stop["step"]
     assert {d["kind"] for d in decisions} == {"reward_variance_collapse"}
     assert all(d["severity"] == "warning" for d in decisions[:decisions.index(stops[0])])
+    # each warning said once on the console, when it began
+    warned = [r.getMessage() for r in caplog.records if "rlguard: warning at step" in r.getMessage()]
+    assert len(warned) == len({(d["rule"], d["metric"]) for d in decisions[:decisions.index(stops[0])]})
 
-    # resuming from that checkpoint: the watchdog state comes back, the alert is not sent again
-    grpo(tiny, out, constant, stop["step"] + 8, resume=str(out / f"checkpoint-{stop['step']}"))
+    # resuming from the newest checkpoint: the watchdog state comes back, alerts fired before it
+    # are not sent again
+    last = checkpoints(out)[-1]
+    grpo(tiny, out, constant, stop["step"] + 4, resume=str(out / f"checkpoint-{last}"))
     after = read_jsonl(out / "rlguard" / "decisions.jsonl")[len(decisions):]
-    fired_before = {(d["rule"], d["metric"]) for d in decisions}
+    fired_before = {(d["rule"], d["metric"]) for d in decisions if d["step"] <= last}
     assert not [d for d in after if (d["rule"], d["metric"]) in fired_before]  # still firing: no repeat
-    assert all(d["step"] > stop["step"] for d in after)
+    assert all(d["step"] > last for d in after)
 
 
 def test_learnable_reward_runs_to_the_end(tiny, tmp_path, caplog):
@@ -100,6 +120,11 @@ def test_learnable_reward_runs_to_the_end(tiny, tmp_path, caplog):
     assert "over 25 logged steps" in summary and summary.endswith("alerts: none")
     (idle,) = [r.getMessage() for r in caplog.records if "nothing to watch" in r.getMessage()]
     assert "default rule(s) had nothing to watch" in idle and "metrics present:" in idle and "kl" in idle
+    # the keys no rule or alias reads are listed too (a rule author's typo hides there)
+    (unread,) = [r.getMessage() for r in caplog.records if "no rule or alias reads" in r.getMessage()]
+    logged = {k for row in trainer.state.log_history[:-1] for k in row}
+    listed = unread.split("reads: ")[1].split(", ")
+    assert listed and set(listed) <= logged and "kl" not in listed and "train_runtime" not in listed
     assert trainer.state.global_step == 25
     assert not (out / "rlguard" / "stop.json").exists()
     path = out / "rlguard" / "decisions.jsonl"
@@ -108,13 +133,32 @@ def test_learnable_reward_runs_to_the_end(tiny, tmp_path, caplog):
     assert "kl" in trainer.state.log_history[0]  # beta > 0: TRL logs kl, and rlguard watched it
 
 
-def test_stop_file_is_obeyed(tiny, tmp_path):
+def test_a_stop_request_for_this_run_is_obeyed_and_one_left_by_an_earlier_run_is_not(tiny, tmp_path, caplog):
+    """A request in the output dir before the run started (a stale one) is archived, not obeyed;
+    one written during the run for its incarnation stops it, with a checkpoint of that step
+    (no incident: a person's stop saves the state it stops at)."""
+    from rlguard import incarnation
+    from rlguard.stopfile import write_stop_request
+
     out = tmp_path / "ext"
     out.mkdir()
-    (out / "RLGUARD_STOP").write_text(json.dumps({"reason": "daemon saw a stall"}))
-    trainer = grpo(tiny, out, echo, 20, learning_rate=5e-4)
+    (out / "RLGUARD_STOP").write_text(json.dumps({"reason": "left by an earlier run"}))
+    calls = []
+
+    def echo_then_request(prompts, completions, **kw):
+        calls.append(1)
+        if len(calls) == 2:  # during step 2: what the daemon or `rlguard stop DIR` writes
+            live = incarnation.current(out)["id"]
+            write_stop_request(out, {"reason": "daemon saw a stall", "incarnation": live})
+        return echo(prompts, completions, **kw)
+
+    with caplog.at_level("WARNING", logger="rlguard"):
+        trainer = grpo(tiny, out, echo_then_request, 20, learning_rate=5e-4)
     stop = json.loads((out / "rlguard" / "stop.json").read_text())
     assert stop["kind"] == "external" and "daemon saw a stall" in stop["reason"]
-    assert trainer.state.global_step == 1
-    assert (out / "checkpoint-1").is_dir()
-    assert (out / "RLGUARD_STOP.handled").is_file() and not (out / "RLGUARD_STOP").exists()
+    assert trainer.state.global_step == stop["step"] == 2 and stop["onset"] is None
+    assert stop["keep_step"] == 2 and stop["checkpoint"] == str(out / "checkpoint-2")
+    assert (out / "checkpoint-2").is_dir() and not (out / "RLGUARD_STOP").exists()
+    assert [a["outcome"] for a in incarnation.archived(out)] == ["stale", "honoured"]
+    assert "left by an earlier run" in caplog.text
+    assert incarnation.current(out)["ended_step"] == 2 and incarnation.current(out)["stopped"] is True

@@ -61,12 +61,21 @@ def test_injected_fault_is_stopped_with_its_kind(fault, tmp_path):
     assert f"rlguard stopped the run at step {stop['step']} ({stop['kind']})" in r.stderr
     rows = read_jsonl(out / "metrics.jsonl")
     assert rows[-1]["step"] == stop["step"]  # nothing ran after the stop
+    # the checkpoint to keep precedes the incident, and rlguard saved none inside it
+    assert stop["onset"] is not None and stop["onset"] <= stop["step"]
+    saved = sorted(int(p.name[5:]) for p in (out / "checkpoints").glob("step-*"))
+    bests = {d["step"] for d in read_jsonl(out / "rlguard" / "decisions.jsonl") if d["kind"] == "new_best"}
+    assert all(s < stop["onset"] or s in bests for s in saved), (saved, stop)
     if stop["checkpoint"] is not None:
-        assert (out / "checkpoints").exists() and (stop["checkpoint"].endswith(f"step-{stop['step']}")
-                                                   or "checkpoints/step-" in stop["checkpoint"])
+        assert stop["checkpoint"] == str(out / "checkpoints" / f"step-{stop['keep_step']}")
+        assert stop["keep_step"] < stop["onset"]
         from pathlib import Path
 
         assert (Path(stop["checkpoint"]) / "model" / "config.json").is_file()
+        assert f"checkpoint to keep: {stop['checkpoint']} (" in r.stderr
+    else:
+        assert stop["keep_step"] is None
+        assert f"checkpoint to keep: none saved before step {stop['onset']}: restart from the initial weights" in r.stderr
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
     from rlguard.verdict import DECISION_KEYS, STOP_KEYS
 
@@ -92,15 +101,41 @@ def test_resume_round_trip_continues_exactly(tmp_path):
         assert b[step]["kl"] == pytest.approx(a[step]["kl"], rel=1e-4, abs=1e-7), step
 
 
-def test_external_stop_file_is_obeyed(tmp_path):
+def test_external_stop_request_is_obeyed_and_one_left_by_an_earlier_run_is_not(tmp_path):
+    """A request in the dir before the run started is archived as stale (a relaunch starts
+    clean); one written during the run for its incarnation stops it at the next step, saving
+    that step (no incident) as the checkpoint to keep."""
+    import subprocess
+    import time
+
+    from trainer_helpers import train_cmd
+
+    from rlguard import incarnation
+    from rlguard.stopfile import write_stop_request
+
     out = tmp_path / "ext"
     out.mkdir()
-    (out / "RLGUARD_STOP").write_text(json.dumps({"reason": "operator asked"}))
-    r = run_train(out, "--max-steps", "50")
-    assert r.returncode == 0
+    (out / "RLGUARD_STOP").write_text(json.dumps({"reason": "left by an earlier run"}))
+    proc = subprocess.Popen(train_cmd(out, "--max-steps", "300", "--set", "warm_start_steps=20"),
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.time() + 300
+        while not (out / "metrics.jsonl").is_file() and time.time() < end and proc.poll() is None:
+            time.sleep(0.2)
+        live = incarnation.current(out)["id"]
+        assert write_stop_request(out, {"reason": "operator asked", "incarnation": live})
+        _, err = proc.communicate(timeout=300)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-2000:]
     stop = json.loads((out / "rlguard" / "stop.json").read_text())
-    assert stop["kind"] == "external" and "operator asked" in stop["reason"] and stop["step"] == 1
-    assert (out / "RLGUARD_STOP.handled").is_file() and not (out / "RLGUARD_STOP").exists()
+    assert stop["kind"] == "external" and "operator asked" in stop["reason"] and 1 <= stop["step"] < 300
+    assert stop["onset"] is None and stop["incarnation"] == live
+    assert stop["keep_step"] == stop["step"] and stop["checkpoint"] == str(out / "checkpoints" / f"step-{stop['step']}")
+    assert (out / "checkpoints" / f"step-{stop['step']}" / "trainer.json").is_file()
+    assert not (out / "RLGUARD_STOP").exists()
+    assert [a["outcome"] for a in incarnation.archived(out)] == ["stale", "honoured"]
+    assert "left by an earlier run" in err and f"rlguard stopped the run at step {stop['step']} (external)" in err
 
 
 def test_bad_config_is_exit_2(tmp_path):

@@ -107,10 +107,21 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(out, ignore_errors=True)  # a run that never made a step leaves nothing behind
         print(f"rlguard-train: error: {exc}", file=sys.stderr)
         return 2
-    if result["stopped"]:
-        print(f"rlguard stopped the run at step {result['step']} ({result['kind']}): {result['reason']}",
-              file=sys.stderr)
+    print(summary(result), file=sys.stderr)  # with or without a progress bar
     return 0
+
+
+def summary(result: dict) -> str:
+    """The end-of-run line: where the run ended, why, and the checkpoint to keep."""
+    if result["stopped"]:
+        began = f"; the incident began at step {result['onset']}" if result.get("onset") is not None else ""
+        return (f"rlguard stopped the run at step {result['step']} ({result['kind']}): {result['reason']}{began}; "
+                f"{result['keep']}")
+    alerts = result.get("alerts") or 0
+    seen = (f"rlguard alerts: {alerts} (see {result['output_dir']}/rlguard/decisions.jsonl)" if alerts
+            else "rlguard alerts: none")
+    return (f"rlguard-train: finished at step {result['step']} of {result['max_steps']}; "
+            f"last checkpoint: {result.get('checkpoint')}; {seen}")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ class TrainConfig:
     max_steps: int = opt(150, "optimizer steps (one batch of prompts each)")
     resume: str | None = opt(None, "checkpoint directory to resume from (e.g. DIR/checkpoints/step-40)")
     inject: str | None = opt(None, f"inject a failure to see rlguard stop it: {', '.join(FAULTS)}")
+    fault_step: int = opt(30, "where the step-triggered injected faults (nonfinite, grad_explosion) begin")
     rules: list[str] | None = opt(None, "rlguard rule packs (default: the shipped default pack)")
     # --- data / task
     dataset: str | None = opt(None, "prompt dataset: a .jsonl/.json or .parquet file, or a directory written by "

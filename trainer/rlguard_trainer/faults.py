@@ -9,18 +9,19 @@ from .config import TrainConfig
 from .rewards import Reward
 from .task import constant
 
-FAULT_STEP = 30  # where the step-triggered faults (NaN, learning-rate spike) begin
+FAULT_STEP = 30  # where the step-triggered faults (NaN, learning-rate spike) begin (config: fault_step)
 
 
 @dataclass
 class Faults:
     kind: str | None = None
     frozen: bool = False
+    step: int = FAULT_STEP
 
     @classmethod
     def for_run(cls, cfg: TrainConfig) -> "Faults":
         """The faults of ``cfg.inject``; config-level ones are applied to ``cfg`` in place."""
-        f = cls(cfg.inject, frozen=cfg.inject == "kl_low")
+        f = cls(cfg.inject, frozen=cfg.inject == "kl_low", step=cfg.fault_step)
         if cfg.inject == "beta_collapse":  # a KL target range the policy never reaches (seed 004)
             cfg.kl_adaptive, cfg.kl_target_min, cfg.kl_target_max = True, 1.0, 2.0
         if cfg.inject == "val_divergence":  # a tiny training set, many epochs, no KL to hold it
@@ -35,12 +36,12 @@ class Faults:
         return [Reward("constant", constant)] if self.kind == "reward_variance_collapse" else rewards
 
     def lr_multiplier(self, step: int) -> float:
-        """grad_explosion: the learning rate jumps 300x at FAULT_STEP (a scheduler bug)."""
-        return 300.0 if self.kind == "grad_explosion" and step >= FAULT_STEP else 1.0
+        """grad_explosion: the learning rate jumps 300x at the fault step (a scheduler bug)."""
+        return 300.0 if self.kind == "grad_explosion" and step >= self.step else 1.0
 
     def corrupt_loss(self, loss: torch.Tensor, step: int) -> torch.Tensor:
-        """nonfinite: the loss of FAULT_STEP is NaN (as an fp overflow would make it)."""
-        if self.kind == "nonfinite" and step == FAULT_STEP:
+        """nonfinite: the loss of the fault step is NaN (as an fp overflow would make it)."""
+        if self.kind == "nonfinite" and step == self.step:
             return loss * float("nan")
         return loss
 

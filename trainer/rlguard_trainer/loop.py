@@ -87,6 +87,7 @@ def train(cfg: TrainConfig, task: Task | None = None) -> dict:
     bar = _progress(cfg, acc, run.start)
     step_ends: list[float] = []  # wall clock at the end of each step (for benchmarks)
     stopped: Verdict | None = None
+    keep = None
     step = run.start
     for step in range(run.start + 1, cfg.max_steps + 1):
         metrics = grpo_step(run, step)
@@ -107,16 +108,21 @@ def train(cfg: TrainConfig, task: Task | None = None) -> dict:
         step_ends.append(time.perf_counter())
         if verdict.stop:
             stopped = verdict
-            run.guard.write_stop(step, verdict, _checkpoint_to_keep(run, step, verdict))
+            keep = run.guard.keep({s: p for s, p in run.saved.items() if Path(p).is_dir()}, verdict)
+            run.guard.write_stop(verdict, keep)
             break
     bar.close()
     if stopped is None and step not in run.saved:
         run.save(step)
+    run.guard.end(step, stopped is not None)
     _write_rank_report(out, acc, ranks, step, stopped, run.model)
     acc.wait_for_everyone()
     acc.end_training()
     return {"stopped": stopped is not None, "step": step, "step_ends": step_ends,
-            "kind": stopped.kind if stopped else None, "reason": stopped.reason if stopped else None}
+            "kind": stopped.kind if stopped else None, "reason": stopped.reason if stopped else None,
+            "onset": stopped.onset if stopped else None, "keep": keep.line() if stopped else None,
+            "checkpoint": run.saved.get(step), "alerts": run.guard.alarms, "max_steps": cfg.max_steps,
+            "output_dir": str(out)}
 
 
 def setup(cfg: TrainConfig, task: Task | None = None) -> Run:
@@ -155,6 +161,8 @@ def setup(cfg: TrainConfig, task: Task | None = None) -> Run:
               Guard(acc, out, cfg.rules, run=out.name), faults)
     if cfg.resume:
         run.start = _resume(run)
+        run.saved[run.start] = str(Path(cfg.resume))  # the lineage's last checkpoint, a candidate to keep
+    run.guard.begin(run.start)  # a new incarnation: a stop request left by an earlier run is archived
     if acc.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(cfg.to_yaml())
@@ -210,16 +218,6 @@ def _log(out: Path, step: int, metrics: dict[str, float]) -> None:
     unlike null), which rlguard, pandas and Python read back."""
     with open(out / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": step, **metrics}) + "\n")
-
-
-def _checkpoint_to_keep(run: Run, step: int, verdict: Verdict) -> str | None:
-    """The best evaluation's checkpoint when one was saved; otherwise save this step, unless
-    the weights are already corrupt (a non-finite stop), then the last good one."""
-    if verdict.keep_step is not None and verdict.keep_step in run.saved:
-        return run.saved[verdict.keep_step]
-    if verdict.kind != "nonfinite":
-        return run.save(step)
-    return run.saved[max(run.saved)] if run.saved else None
 
 
 def _resume(run: Run) -> int:

@@ -17,7 +17,11 @@ def stop_run(mon, decision, stop, now: float) -> None:
     """Write ``RLGUARD_STOP`` (idempotent); on a new request, signal and run the command."""
     written = mon.request_stop(decision, now)
     if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
-        decision.alert.labels["stop"] = "requested" if written or mon.info.stop_state else "not requested"
+        if mon.not_requested:  # the run already stopped or ended: no request, and Slack says why
+            decision.alert.labels["stop"] = "not needed"
+            decision.alert.labels["stop_note"] = mon.not_requested
+        else:
+            decision.alert.labels["stop"] = "requested" if written or mon.info.stop_state else "not requested"
     if not written:
         return
     log.warning("[%s] stop requested: %s", mon.run, decision.reason)

@@ -15,10 +15,13 @@ from ..watchdog import Watchdog
 from ..stopfile import write_stop_request
 from ..verdict import Verdict, stop_record
 from ..sources.layout import Found, follow_target, log_kind, run_name
+from . import stops
+from .. import incarnation
 from .tail import FileTail
 
 STALL_RULE = "RLG-STALL"
 STOPPED_RULE = "RLG-STOPPED"
+IGNORED_RULE = "RLG-STOP-IGNORED"
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")
 
@@ -36,9 +39,13 @@ class RunInfo:
     stalled: bool = False
     stopped: str | None = None  # reason of the stop request written, if any
     last_error: str | None = None
-    stop_state: str | None = None  # requested | stopped (seen to stop: its stop record, or no new step)
+    stop_state: str | None = None  # requested | stopped (its stop record) | ignored (ended without acknowledging)
     stop_requested_at: float = 0.0
     stop_step: int | None = None  # last step seen when the stop was requested
+    stop_incarnation: str | None = None  # the run start the request was written for
+    stop_seen: str | None = None  # fingerprint of the run's stop record when the request was written
+    stop_summaries: int = 0  # end-of-training summary records seen when the request was written
+    incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
     epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
 
 
@@ -78,6 +85,7 @@ class RunMonitor:
         self.context = dict(context or {})  # labels every alert of this run carries (run_dir, host, url)
         self.tail = FileTail(found.log, saved["tail"] if saved else None)
         self.kind = log_kind(self.tail.path)
+        self.packs = packs
         self.watchdog = Watchdog(packs=packs, run=run)
         self.info = RunInfo(**saved["info"]) if saved else RunInfo()
         if saved and saved.get("watchdog"):
@@ -88,6 +96,7 @@ class RunMonitor:
         self.last_eval = 0.0
         self.tail_saved = self.tail.state_dict()
         self.changed = False
+        self.not_requested: str | None = None  # why the last stop decision wrote no request
 
     @property
     def log(self) -> str:
@@ -127,6 +136,7 @@ class RunMonitor:
             self.info.last_error = p.error
         self.info.parse_errors += p.bad
         if p.records:
+            self._new_start(p.events)
             self.pending.extend(self._bounded(p.records))
             self.info.last_update = now
         due = self.pending and (now - self.last_eval >= eval_interval or len(self.pending) >= 1000)
@@ -150,6 +160,19 @@ class RunMonitor:
             self.info.stalled = False
         self.changed = True
         return alerts, decisions, p.events
+
+    def _new_start(self, events: list[str]) -> None:
+        """A relaunch or a resume in this directory is a new run: its records are judged by a
+        fresh watchdog, never together with the history of the run before it."""
+        inc = incarnation.current(self.run_dir) if self.found.run_dir else None
+        if inc is None or inc["id"] == self.info.incarnation:
+            return
+        if self.info.incarnation is not None:
+            self.watchdog = Watchdog(packs=self.packs, run=self.run)
+            self.pending = []
+            events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
+        self.info.incarnation = inc["id"]
+        self.changed = True
 
     def _bounded(self, records):
         """Untrusted logs: at most ``max_metrics`` distinct metric names per run are admitted;
@@ -185,32 +208,29 @@ class RunMonitor:
                            {k: self.context[k] for k in RUN_LABELS if k in self.context})
 
     def check_stopped(self, now: float, quiet_after: float) -> Alert | None:
-        """A requested stop becomes "stopped" once the run is seen to stop: its stop record
-        (``rlguard/stop.json``) or the request marked handled is there, or no new step came for
-        ``quiet_after`` seconds. Returns the alert that says so, once."""
+        """What became of a requested stop, judged on the run's files (see :mod:`.stops`): the
+        alert that says it, once. A run relaunched after a stop is watched afresh."""
         info = self.info
+        if info.stop_state in ("stopped", "ignored"):
+            inc = incarnation.current(self.run_dir) if self.found.run_dir else None
+            if inc is not None and info.stop_incarnation and inc["id"] != info.stop_incarnation:
+                info.stopped = info.stop_state = info.stop_incarnation = None  # a new start: a new run
+                self.changed = True
+            return None
         if info.stop_state != "requested":
             return None
-        rd = Path(self.found.run_dir)
-        seen = None
-        for marker in (rd / "rlguard" / "stop.json", rd / "RLGUARD_STOP.handled"):
-            try:
-                if marker.stat().st_mtime >= info.stop_requested_at - 1:
-                    seen = f"its stop record {marker.name} is there"
-                    break
-            except OSError:
-                continue
-        if seen is None and now - max(info.last_update, info.stop_requested_at) >= quiet_after:
-            seen = f"no new step for {quiet_after / 60:.0f} min after the request"
-        if seen is None:
+        quiet = now - max(info.last_update, info.stop_requested_at) >= quiet_after
+        out = stops.outcome(self.run_dir, info.stop_incarnation, info.stop_seen,
+                            self.watchdog.summaries > info.stop_summaries, quiet, info.last_step, info.stopped or "")
+        if out is None:
             return None
-        info.stop_state = "stopped"
+        info.stop_state = out.state
         self.changed = True
-        a = Alert(run=self.run, rule=STOPPED_RULE, kind="stopped", severity="critical", action="alert",
-                  step=int(info.last_step or 0), metric="step", value=None, status="firing",
-                  message=f"the run stopped at step {info.last_step} after rlguard's stop request ({seen}): "
-                          f"{info.stopped}", labels=dict(self.context))
-        return a
+        stopped = out.state == "stopped"
+        return Alert(run=self.run, rule=STOPPED_RULE if stopped else IGNORED_RULE,
+                     kind="stopped" if stopped else "stop_ignored", severity="critical", action="alert",
+                     step=int(out.step if out.step is not None else info.last_step or 0), metric="step", value=None,
+                     status="firing", message=f"the run {out.message}", labels=dict(self.context))
 
     def check_stall(self, now: float, after_s: float) -> list[Alert]:
         if self.info.stalled or not self.info.last_update or now - self.info.last_update < after_s:
@@ -234,13 +254,21 @@ class RunMonitor:
 
     def request_stop(self, decision: Decision, now: float | None = None) -> bool:
         """Write ``RLGUARD_STOP`` into the run's own directory (never a path taken from log
-        content); idempotent: an existing request is left as it is."""
-        body = stop_record(Verdict.of([decision]), self.run, "rlguard daemon")
+        content), for the run start live there now; idempotent: an existing request is left as
+        it is; never for a run that already stopped or ended (``self.not_requested`` says why)."""
+        self.not_requested = None
         if not self.found.run_dir:  # a tracking server's run with no directory on this machine
             if self.info.last_error != NO_DIR:
                 self.info.last_error = NO_DIR
                 log.warning("[%s] %s: %s", self.run, NO_DIR, decision.reason)
             return False
+        why = stops.why_not(self.run_dir, self.finished, self.info.last_step)
+        if why is not None:
+            self.not_requested = why
+            log.info("[%s] no stop request: %s", self.run, why)
+            return False
+        inc = incarnation.current(self.run_dir)
+        body = stop_record(Verdict.of([decision]), self.run, "rlguard daemon", incarnation=inc["id"] if inc else None)
         try:
             if not write_stop_request(self.run_dir, body, below=self.found.root or None):
                 return False
@@ -252,6 +280,9 @@ class RunMonitor:
         self.info.stop_state = "requested"
         self.info.stop_requested_at = time.time() if now is None else now
         self.info.stop_step = self.info.last_step
+        self.info.stop_incarnation = body["incarnation"]
+        self.info.stop_seen = stops.fingerprint(self.run_dir)
+        self.info.stop_summaries = self.watchdog.summaries
         return True
 
     def saved(self) -> tuple[str, str, dict, dict, dict]:

@@ -379,10 +379,18 @@ class Daemon:
         sched.add_job(self.save, "interval", seconds=c.save_interval, id="save")
         sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
         sched.add_job(self.housekeeping, "interval", seconds=3600, id="housekeeping")
+        host, port = server.server_address[:2]
+        try:
+            control.record_address(self.cfg.state_dir, host, port)
+        except OSError as exc:
+            log.error("listen address not recorded in %s: %s", self.cfg.state_dir, exc.strerror or exc)
         self.poll()  # discovers first
         sched.start()
-        log.info("rlguard daemon: %d file(s) watched; metrics on http://%s:%d/metrics",
-                 len(self.runs), *self.cfg.host_port)
+        log.warning("rlguard daemon: watching %s (%d run(s) found); listening on http://%s:%d (/metrics, "
+                    "/healthz, /status, POST /stop); %d rules in %d pack(s)%s",
+                    ", ".join(self.cfg.watch), len(self.runs), host, port,
+                    sum(len(p.rules) for p in self.packs), len(self.packs),
+                    f"; shard {self.cfg.shard}" if self.cfg.shard else "")
         done.wait()
         log.info("stopping: saving state")
         sched.shutdown(wait=False)

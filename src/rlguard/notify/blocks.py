@@ -90,19 +90,32 @@ def _num(value: object) -> str:
 
 def action_text(alert: Alert) -> str:
     """The action taken, in words a person acts on."""
+    if alert.kind == "stopped":  # the daemon saw the run stop (its message says where and why)
+        return "stop request obeyed" if "after rlguard's stop request" in alert.message else "stopped on its own verdict"
+    if alert.kind == "stop_ignored":
+        return "stop request not acknowledged: check that the run has the rlguard callback"
     if alert.action == "stop":
-        keep = f"; checkpoint to keep: step {alert.checkpoint_step}" if alert.checkpoint_step is not None else ""
+        ckpt = alert.checkpoint_step  # a best evaluation inside the incident is no checkpoint to keep
+        ok = ckpt is not None and ckpt < _onset(alert)
+        keep = f"; checkpoint to keep: step {ckpt}" if ok else ""
         stop = alert.labels.get("stop")
         if stop == "requested":  # the daemon wrote a stop request; the run has not stopped yet
             return "stop requested (RLGUARD_STOP written)" + keep
+        if stop == "not needed":
+            return f"no stop request: {alert.labels.get('stop_note') or 'the run already ended'}"
         if stop == "not requested":
             return "stop decided, but no stop request could be written (see the daemon log)" + keep
-        return ("stopped; checkpoint kept at step " + str(alert.checkpoint_step)) if keep else "stopped"
+        return ("stopped; checkpoint kept at step " + str(ckpt)) if keep else "stopped"
     if alert.action == "checkpoint":
         return "checkpoint saved"
     if alert.action == "alert":
         return "alert only; the run continues"
     return str(alert.action)
+
+
+def _onset(alert: Alert) -> int:
+    inc = alert.incident
+    return inc["started"] if isinstance(inc, dict) and isinstance(inc.get("started"), int) else alert.step
 
 
 def _field(label: str, value: object) -> dict[str, str]:
@@ -159,6 +172,8 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
               _field("Severity", a.severity), _field("Metric", a.metric),
               _field("Value", fmt_value(a.value)), _field("Step", a.step),
               _field("Action", action_text(a))]
+    if a.kind in ("stopped", "stop_ignored"):  # no metric value: where the run ended, and what became of it
+        fields = [f for f in fields if f["text"].split("\n")[0] not in ("*Metric*", "*Value*")]
     if a.line is not None:
         fields.append(_field("Log line", a.line))
     inc = a.incident
@@ -221,7 +236,7 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
     run = message.alerts[0].run
     if firing:
         worst = _worst(firing)
-        head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} alerts firing"
+        head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} {'new ' if message.still else ''}alerts firing"
         incidents = {a.incident["id"]: a.incident for a in firing if a.incident}
         if len(incidents) == 1 and all(a.incident for a in firing):
             head += f": one incident, {kind_words(next(iter(incidents.values()))['cause']['kind'])}"
@@ -244,6 +259,15 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
     return blocks + ([hints] if hints else []) + [_footer(message)]
 
 
+def still_line(message: Message) -> str:
+    """One line for the alerts announced before that still fire ("" when none)."""
+    if not message.still:
+        return ""
+    parts = [f"{a.kind} ({a.metric}, since step {a.step})" for a in message.still[:MAX_LISTED]]
+    more = f" and {len(message.still) - MAX_LISTED} more" if len(message.still) > MAX_LISTED else ""
+    return f"still firing, announced before: {', '.join(parts)}{more}"
+
+
 def fallback_text(message: Message) -> str:
     """The notification text (shown where blocks are not: push notifications, old clients)."""
     a = message.alerts[0]
@@ -255,9 +279,13 @@ def fallback_text(message: Message) -> str:
                 f"in run {a.run}: {kinds}")
     elif a.status == "resolved":
         text = f"rlguard: resolved {a.kind} in run {a.run}: {a.metric} cleared at step {a.step}"
+    elif a.kind in ("stopped", "stop_ignored"):  # what became of a stop request: its message says it all
+        text = f"rlguard: [{a.severity}] run {a.run}: {a.message}"
     else:
         text = (f"rlguard: [{a.severity}] {a.kind} in run {a.run}: {a.metric} = "
                 f"{fmt_value(a.value)} at step {a.step}; {action_text(a)}")
+    if message.still:
+        text += f" ({still_line(message)})"
     return fit(text, MAX_TEXT)
 
 
@@ -271,4 +299,6 @@ def render(message: Message) -> dict[str, Any]:
         blocks = _single_resolved(message.alerts[0], message)
     else:
         blocks = _single_firing(message.alerts[0], message)
+    if message.still:  # before the footer
+        blocks.insert(len(blocks) - 1, _context(fit(still_line(message), MAX_TEXT)))
     return {"text": fallback_text(message), "blocks": blocks[:MAX_BLOCKS]}

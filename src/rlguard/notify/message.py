@@ -32,7 +32,9 @@ class Message:
       from wall time, so replaying the same alerts yields the same key.
     - ``group_key``: the group the alerts belong to (the run).
     - ``status``: ``firing`` if any alert is still firing, else ``resolved``.
-    - ``alerts``: firing alerts first, then the ones that cleared since the last message.
+    - ``alerts``: what is new: alerts firing since the last message first, then the ones that
+      cleared since (a reminder: every alert still firing).
+    - ``still``: alerts already announced that are still firing (summarised in one line).
     - ``repeat``: 0 for a first notification, n for the n-th reminder of an unchanged group.
     - ``possible_duplicate``: set at delivery when an earlier attempt was interrupted after the
       request may have reached Slack (see :mod:`rlguard.notify.dispatcher`).
@@ -43,6 +45,7 @@ class Message:
     status: str
     alerts: list[Alert] = field(default_factory=list)
     repeat: int = 0
+    still: list[Alert] = field(default_factory=list)
     possible_duplicate: bool = False
 
     @property
@@ -55,10 +58,11 @@ class Message:
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "group_key": self.group_key, "status": self.status,
-                "alerts": [a.to_dict() for a in self.alerts], "repeat": self.repeat}
+                "alerts": [a.to_dict() for a in self.alerts], "repeat": self.repeat,
+                "still": [a.to_dict() for a in self.still]}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Message":
         return cls(key=d["key"], group_key=d["group_key"], status=d["status"],
                    alerts=[Alert.from_dict(a) for a in d.get("alerts", [])],
-                   repeat=int(d.get("repeat", 0)))
+                   repeat=int(d.get("repeat", 0)), still=[Alert.from_dict(a) for a in d.get("still", [])])

@@ -165,7 +165,11 @@ class Router:
         firing = [group.firing[k] for k in sorted(group.firing)]
         cleared = [group.cleared[k] for k in sorted(group.cleared)] if self.send_resolved else []
         group.repeats = group.repeats + 1 if repeat else 0
-        alerts = firing + cleared
+        # a change says what is new; what was announced and still fires is summarised apart
+        still = [] if repeat else [group.firing[k] for k in sorted(group.firing) if k in group.notified]
+        new = firing if repeat else [group.firing[k] for k in sorted(group.firing) if k not in group.notified]
+        alerts = (new + cleared) or firing
+        still = [a for a in still if a not in alerts]
         group.notified = set(group.firing)
         group.cleared, group.changed_at, group.last_sent = {}, None, now
         for ident, resolved in group.late.items():  # announced now: their resolution comes next
@@ -173,9 +177,9 @@ class Router:
             group.cleared[ident] = resolved
             group.changed_at = now
         group.late = {}
-        return Message(key=message_key(run, alerts, group.repeats), group_key=run,
+        return Message(key=message_key(run, alerts + still, group.repeats), group_key=run,
                        status="firing" if firing else "resolved", alerts=alerts,
-                       repeat=group.repeats)
+                       repeat=group.repeats, still=still)
 
     def _idle(self, group: _Group, now: float) -> bool:
         """Nothing firing or to tell, and past the point where the last message still matters."""
