@@ -60,7 +60,9 @@ def test_stop_says_which_checkpoint_was_kept_and_warning_has_its_emoji():
     p = render(msg(make_alert(action="stop", step=50, checkpoint_step=45, severity="warning", value=float("nan"))))
     assert fields(p)["Action"] == "stopped; checkpoint kept at step 45"
     inside = make_alert(action="stop", step=50, checkpoint_step=45)  # a best evaluation inside the incident
-    inside.incident = {"id": 1, "started": 42, "cause": {}}
+    inside.incident = {"id": 1, "started": 42, "followed": [], "inhibited": False,
+                       "cause": {"rule": "RLG-GRAD-EXPLOSION", "kind": "grad_explosion", "metric": "grad_norm",
+                                 "step": 42, "value": 405.0}}
     assert fields(render(msg(inside)))["Action"] == "stopped"  # is no checkpoint to keep
     assert fields(p)["Value"] == "NaN"
     assert p["blocks"][0]["text"]["text"].startswith(":warning: Warning:")

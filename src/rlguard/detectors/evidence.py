@@ -25,23 +25,28 @@ from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep
 from .simple import compare
 
 
+class _Condition(Params):
+    """The condition a sample meets: above or below a bound (exactly one)."""
+
+    above: float | None = None
+    below: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self):
+        if (self.above is None) == (self.below is None):
+            raise ValueError("give exactly one of above, below")
+        return self
+
+
 @register
 class Streak(Detector):
     name = "streak"
 
-    class Params(Params):
-        above: float | None = None
-        below: float | None = None
+    class Params(_Condition):
         alpha: float = Field(5e-4, gt=0, lt=1, description="fires when base_rate**streak <= alpha")
         prior_hits: float = Field(0.5, ge=0, description="prior: hits...")
         prior_n: float = Field(7.0, gt=0, description="...in this many samples")
         min_streak: int = Field(1, ge=1, description="never fire on fewer samples in a row")
-
-        @model_validator(mode="after")
-        def _one_bound(self):
-            if (self.above is None) == (self.below is None):
-                raise ValueError("give exactly one of above, below")
-            return self
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -90,18 +95,10 @@ class Streak(Detector):
 class Share(Detector):
     name = "share"
 
-    class Params(Params):
-        above: float | None = None
-        below: float | None = None
+    class Params(_Condition):
         min_share: float = Field(gt=0, le=1, description="fires when this share of records met the condition")
         min_records: int = Field(20, ge=2, description="records judged before the share counts")
         max_records: int = Field(200, ge=2, description="judged over the run's first N records only")
-
-        @model_validator(mode="after")
-        def _one_bound(self):
-            if (self.above is None) == (self.below is None):
-                raise ValueError("give exactly one of above, below")
-            return self
 
     def __init__(self, params) -> None:
         super().__init__(params)
