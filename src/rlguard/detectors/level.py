@@ -629,6 +629,10 @@ class StepDown(_Rolling):
             "heavy tails and discrete tiny-group rewards make past falls large, so a fall that "
             "the run has shown before by luck is not a step down"))
         min_history: int = Field(30, ge=5, description="earlier statistics needed before `history` counts")
+        young_new_low: bool = Field(False, description=(
+            "while `history` cannot be judged yet (a young run), the level must also be below every "
+            "earlier level of the run (its rolling medians before the reference): a young run has "
+            "not shown its own dips, so a fall counts only where it reaches ground never seen"))
         gap: int = Field(0, ge=0, description=(
             "samples between the reference window and the level's: with `for: k`, a gap of k-1 keeps "
             "the first records of the fall out of the reference of the later ones (their spread "
@@ -672,6 +676,11 @@ class StepDown(_Rolling):
                 if p.history:
                     past = self._past_sigma(hist, e[i] - span)
                     sigma = sigma if np.isnan(past) else max(sigma, past)
+                    if np.isnan(past) and p.young_new_low and e[i] - span >= p.window:
+                        earlier = rolling(hist[: e[i] - span], p.window, "median")[p.window - 1:]
+                        if lv[i] >= float(earlier.min()):
+                            trig[i] = False
+                            continue
                 trig[i] = before[i] - lv[i] >= p.min_sigmas * max(sigma, chunk.quantum, 1e-12)
             verdict[ok] = trig
             stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
