@@ -52,6 +52,9 @@ CASES = {
     # streak of 4 ties is the rule's documented false positive, so this one starts untied
     "streak": ({"below": 1e-8, "alpha": 5e-4}, np.where((rng.random(N) < 0.3) & (np.arange(N) > 8), 0.0, noise),
                np.where(np.arange(N) >= 150, 0.0, noise), 150),
+    # a run whose groups tie 30% of the time by chance; the fault ties from its first record
+    "share": ({"below": 1e-8, "min_share": 0.8, "min_records": 25, "max_records": 200},
+              np.where(rng.random(N) < 0.3, 0.0, noise), np.where(np.arange(N) < 200, 0.0, noise), 24),
     "step_down": ({"window": 1, "ref_window": 10, "max_ratio": 0.6}, noise,
                   np.where(np.arange(N) >= 150, 0.4 * noise, noise), 150),
     "null_mean": ({"window": 20}, 0.02 + 0.01 * rng.standard_normal(N),

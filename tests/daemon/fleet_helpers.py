@@ -83,9 +83,12 @@ def expected(runs: dict[Path, list[dict]], name_of) -> tuple[set, set, dict]:
         wd.ingest([LogRecord(r["step"], {k: v for k, v in r.items() if k != "step"}, i + 1)
                    for i, r in enumerate(rows)])
         fired = {(name_of(d), a.rule) for a in wd.alerts if a.status == "firing" and a.severity != "info"}
+        # an alert inhibited by a stronger one of its incident and kind is told through it
+        inhibited = {(name_of(d), a.rule) for a in wd.alerts
+                     if a.status == "firing" and (a.incident or {}).get("inhibited")}
         cleared = {(name_of(d), a.rule) for a in wd.alerts if a.status == "resolved"}
         may |= fired
-        must |= fired - cleared
+        must |= fired - cleared - inhibited
         counts[name_of(d)] = sum(a.status == "firing" for a in wd.alerts)
     return must, may, counts
 
@@ -101,9 +104,15 @@ def told(body: dict) -> tuple[str, list[tuple[str, str, str]]]:
     run = fields["Run"]
     lines = [b["text"]["text"] for b in blocks if b.get("type") == "section" and "text" in b
              and re.search(r" · rule \S+", b["text"]["text"])]
-    if lines:  # a grouped message: one line per alert
-        alerts = [(re.search(r" · rule (\S+)", t).group(1), re.search(r"`([^`]*)`", t).group(1),
-                   "resolved" if "cleared:" in t.split("·")[0] else "firing") for t in lines]
+    if lines:  # a grouped message: one line per incident (its rules listed) or per alert
+        alerts = []
+        for t in lines:
+            members = re.search(r"^rules: (.*)$", t, re.M) if " agreed · " in t else None
+            if members:
+                alerts += [(r, m, "firing") for r, m in re.findall(r"(\S+) on `([^`]*)`", members.group(1))]
+            else:
+                alerts.append((re.search(r" · rule (\S+)", t).group(1), re.search(r"`([^`]*)`", t).group(1),
+                               "resolved" if "cleared:" in t.split("·")[0] else "firing"))
     else:
         header = blocks[0]["text"]["text"]
         alerts = [(fields["Rule"], fields["Metric"], "resolved" if "Resolved" in header else "firing")]

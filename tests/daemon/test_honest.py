@@ -40,7 +40,7 @@ def obey(run) -> dict:
     live = incarnation.current(run)["id"]
     req = take_stop_request(run, incarnation=live)
     verdict = Verdict.external(7, req["reason"], onset=req.get("onset"))
-    return RunRecords(run, run.name).stop(verdict, "external", checkpoint_to_keep({4: str(run / "checkpoint-4")},
+    return RunRecords(run, run.name).stop(verdict, "external", checkpoint_to_keep({1: str(run / "checkpoint-1")},
                                                                                    verdict.onset), live)
 
 
@@ -62,7 +62,7 @@ def test_stop_requested_then_stopped_when_the_run_writes_its_stop_record(tmp_pat
     d.poll()
     done = [a for a in sent if a.rule == "RLG-STOPPED"]
     assert len(done) == 1 and done[0].message.startswith("the run stopped at step 7 after rlguard's stop request")
-    assert "checkpoint to keep: " + str(run / "checkpoint-4") in done[0].message
+    assert "checkpoint to keep: " + str(run / "checkpoint-1") in done[0].message
     text = render(Message(key="k2", group_key="grpo", status="firing", alerts=[done[0]]))["text"]
     assert text.startswith("rlguard: [critical] run grpo: the run stopped at step 7 after rlguard's stop request (")
     assert "not finite" not in text and "the run continues" not in text

@@ -78,7 +78,7 @@ def record_address(state_dir: str, host: str, port: int) -> None:
     """Where the daemon listens, for ``rlguard stop RUN --state-dir DIR`` (``listen.url``)."""
     path = os.path.join(state_dir, ADDRESS_FILE)
     tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)  # the state dir is private (issue 25): its files 0600
     with os.fdopen(fd, "w") as f:
         f.write(f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}\n")
     os.replace(tmp, path)

@@ -219,7 +219,11 @@ def _incident_line(inc: dict[str, Any], members: list[Alert]) -> dict[str, Any]:
         if f["kind"] not in seen:
             seen.add(f["kind"])
             after.append(f"{kind_words(f['kind'])} at step {f['step']} ({f['metric']} {fmt_value(f['value'])})")
-    body = (f"followed by {', '.join(after)}\n" if after else "") + worst.message
+    shown = [a for a in members if not (a.incident or {}).get("inhibited")] or members[:1]
+    hidden = len({(a.rule, a.metric) for a in members}) - len({(a.rule, a.metric) for a in shown})
+    rules = ("rules: " + ", ".join(dict.fromkeys(f"{a.rule} on `{a.metric}`" for a in shown))
+             + (f" (+{hidden} inhibited: a stronger rule of the same kind speaks for them)" if hidden > 0 else ""))
+    body = (f"followed by {', '.join(after)}\n" if after else "") + fit(rules, 600) + "\n" + worst.message
     return _section(head + "\n" + fit(body, max(0, MAX_TEXT - _units(head) - 1)))
 
 
