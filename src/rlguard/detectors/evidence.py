@@ -19,30 +19,17 @@
 from __future__ import annotations
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field
 
 from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
-from .simple import compare
-
-
-class _Condition(Params):
-    """The condition a sample meets: above or below a bound (exactly one)."""
-
-    above: float | None = None
-    below: float | None = None
-
-    @model_validator(mode="after")
-    def _one_bound(self):
-        if (self.above is None) == (self.below is None):
-            raise ValueError("give exactly one of above, below")
-        return self
+from .simple import Condition, compare
 
 
 @register
 class Streak(Detector):
     name = "streak"
 
-    class Params(_Condition):
+    class Params(Condition):
         alpha: float = Field(5e-4, gt=0, lt=1, description="fires when base_rate**streak <= alpha")
         prior_hits: float = Field(0.5, ge=0, description="prior: hits...")
         prior_n: float = Field(7.0, gt=0, description="...in this many samples")
@@ -79,9 +66,7 @@ class Streak(Detector):
         return Scan(verdict, stat, ref)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
-        p = self.p
-        cond = f"above {fmt(p.above)}" if p.above is not None else f"below {fmt(p.below)}"
-        return (f"{metric} = {fmt(value)}: {int(stat)} records in a row {cond}, where this run's own "
+        return (f"{metric} = {fmt(value)}: {int(stat)} records in a row {self.p.words()}, where this run's own "
                 f"rate ({ref * 100:.2g}% of records) makes such a streak a 1-in-{fmt(1 / ref ** stat)} chance")
 
     def state_dict(self):
@@ -95,7 +80,7 @@ class Streak(Detector):
 class Share(Detector):
     name = "share"
 
-    class Params(_Condition):
+    class Params(Condition):
         min_share: float = Field(gt=0, le=1, description="fires when this share of records met the condition")
         min_records: int = Field(20, ge=2, description="records judged before the share counts")
         max_records: int = Field(200, ge=2, description="judged over the run's first N records only")
@@ -119,9 +104,7 @@ class Share(Detector):
         return Scan(verdict, share, n.astype(float))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
-        p = self.p
-        cond = f"above {fmt(p.above)}" if p.above is not None else f"below {fmt(p.below)}"
-        return (f"{metric} = {fmt(value)}: {stat * 100:.0f}% of the run's first {int(ref)} records were {cond} "
+        return (f"{metric} = {fmt(value)}: {stat * 100:.0f}% of the run's first {int(ref)} records were {self.p.words()} "
                 f"(a run that never had it otherwise)")
 
     def state_dict(self):

@@ -59,6 +59,23 @@ def compare(level: np.ndarray, quantum: float, above: float | None, below: float
     return out
 
 
+class Condition(Params):
+    """The condition a sample meets: above or below a bound (exactly one)."""
+
+    above: float | None = None
+    below: float | None = None
+
+    @model_validator(mode="after")
+    def _one_bound(self):
+        if (self.above is None) == (self.below is None):
+            raise ValueError("give exactly one of above, below")
+        return self
+
+    def words(self) -> str:
+        """"above X" or "below X", as messages say it."""
+        return f"above {fmt(self.above)}" if self.above is not None else f"below {fmt(self.below)}"
+
+
 @register
 class Threshold(Detector):
     """Value (or rolling median of the last ``window`` samples) above or below a bound.
@@ -68,9 +85,7 @@ class Threshold(Detector):
 
     name = "threshold"
 
-    class Params(Params):
-        above: float | None = None
-        below: float | None = None
+    class Params(Condition):
         window: int = 1
         statistic: Literal["median", "mean"] = "median"
         fractional_only: bool = Field(False, description=(
@@ -80,9 +95,7 @@ class Threshold(Detector):
             "over 2-4 items (1/4, 1/3, 1/2, 2/3, 3/4: a record of a few tiny groups)"))
 
         @model_validator(mode="after")
-        def _one_bound(self):
-            if (self.above is None) == (self.below is None):
-                raise ValueError("give exactly one of above, below")
+        def _window(self):
             if self.window < 1:
                 raise ValueError("window must be >= 1")
             return self
