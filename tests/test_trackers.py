@@ -23,7 +23,7 @@ from rlguard.cli import main
 from rlguard.errors import LogFormatError
 from rlguard.sources import detect_format, open_reader, read_log, resolve_log
 from rlguard.sources.base import LogRecord
-from wandb_frames import frame
+from wandb_frames import frame, history
 
 #: alerts the rows below must raise (the comparison with JSONL would pass on none)
 EXPECTED = {"RLG-REWARD-STD-ZERO", "RLG-KL-ZERO", "RLG-NONFINITE-LOSS"}
@@ -442,17 +442,6 @@ def test_tracker_formats_are_listed(capsys):
         main(["check", "--help"])
     text = capsys.readouterr().out
     assert "wandb" in text and "mlflow+<tracking-uri>/runs/<run_id>" in text
-
-
-def history(step: int, **values) -> bytes:
-    from wandb.proto.wandb_internal_pb2 import Record
-
-    rec = Record()
-    for key, value in {**values, "train/global_step": step}.items():
-        item = rec.history.item.add()
-        item.nested_key.append(key)
-        item.value_json = json.dumps(value)
-    return rec.SerializeToString()
 
 
 def test_wandb_record_too_large_is_skipped_and_never_stalls_a_follower(tmp_path):

@@ -2,6 +2,7 @@
 harness (``bench/fuzz_readers.py``): rlguard only reads them (:mod:`rlguard.sources.wandb_run`)."""
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 
@@ -27,3 +28,16 @@ def frame(records: list[bytes]) -> bytes:
             if not payload:
                 break
     return bytes(out)
+
+
+def history(step: int, **values) -> bytes:
+    """One W&B history record (a logged step: ``values`` and ``train/global_step``), serialised
+    with wandb's own protobuf class (the wandb extra)."""
+    from wandb.proto.wandb_internal_pb2 import Record
+
+    rec = Record()
+    for key, value in {**values, "train/global_step": step}.items():
+        item = rec.history.item.add()
+        item.nested_key.append(key)
+        item.value_json = json.dumps(value)
+    return rec.SerializeToString()

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 import sys
 import threading
 from http.server import ThreadingHTTPServer
@@ -41,3 +42,14 @@ def daemon_factory(tmp_path):
         if d.proc is not None and d.proc.poll() is None:
             d.proc.kill()
             d.proc.wait()
+
+
+@pytest.fixture
+def procs():
+    """Processes a test starts (trainers to signal, sleepers): killed and reaped after it."""
+    started: list[subprocess.Popen] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.wait()

@@ -45,16 +45,6 @@ def stopping_daemon(tmp_path, run_dir) -> Daemon:
     return d
 
 
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
 def test_unrelated_process_named_in_pid_file_is_not_signalled(tmp_path, procs, caplog):
     run = tmp_path / "runs" / "r"
     elsewhere = tmp_path / "elsewhere"

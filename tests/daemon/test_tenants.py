@@ -17,7 +17,7 @@ import pytest
 from daemon_helpers import append, healthy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from wandb_frames import frame  # noqa: E402
+from wandb_frames import frame, history  # noqa: E402
 
 from rlguard.stopfile import write_stop_request  # noqa: E402
 
@@ -28,27 +28,6 @@ def sleeper(cwd: Path) -> subprocess.Popen:
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], cwd=cwd)
     time.sleep(0.05)  # the PID file is written after the process started
     return p
-
-
-@pytest.fixture
-def procs():
-    started: list[subprocess.Popen] = []
-    yield started
-    for p in started:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
-def wandb_history(step: int, **values) -> bytes:
-    from wandb.proto.wandb_internal_pb2 import Record
-
-    rec = Record()
-    for key, value in {**values, "train/global_step": step}.items():
-        item = rec.history.item.add()
-        item.nested_key.append(key)
-        item.value_json = json.dumps(value)
-    return rec.SerializeToString()
 
 
 def signalling_config(tmp_path: Path) -> Path:
@@ -71,7 +50,7 @@ def test_output_dir_in_wandb_config_never_decides_where_a_stop_goes(tmp_path, da
     run = project / "wandb" / "offline-run-20260101_000000-abc123"
     (run / "files").mkdir(parents=True)
     (run / "files" / "config.yaml").write_text(f"output_dir:\n  value: {victim}\n")
-    (run / "run-abc123.wandb").write_bytes(frame([wandb_history(r["step"], reward=r["reward"],
+    (run / "run-abc123.wandb").write_bytes(frame([history(r["step"], reward=r["reward"],
                                                                 reward_std=r["reward_std"]) for r in STUCK]))
     d = daemon_factory("--config", str(signalling_config(tmp_path)), watch=[str(tmp_path / "vol")]).start()
     d.wait_for(lambda: (project / "RLGUARD_STOP").exists(), "no stop request in the run's own directory")
