@@ -79,3 +79,15 @@ def healthy(start: int, n: int) -> list[dict]:
 
 def constant_reward(start: int, n: int) -> list[dict]:
     return [dict(r, reward_std=0.0, frac_reward_zero_std=1.0) for r in healthy(start, n)]
+
+
+def fill_disk(folder) -> None:
+    """Write zeros into ``folder/filler`` until its file system is full (ENOSPC)."""
+    fd = os.open(Path(folder) / "filler", os.O_WRONLY | os.O_CREAT)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

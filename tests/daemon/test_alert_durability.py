@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 
 import pytest
-from daemon_helpers import append, healthy
+from daemon_helpers import append, fill_disk, healthy
 
 pytest.importorskip("slack_sdk")
 
@@ -26,17 +26,6 @@ def tmpfs(path, size="512k") -> bool:
     path.mkdir()
     return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
                           capture_output=True).returncode == 0
-
-
-def fill(folder) -> None:
-    fd = os.open(folder / "filler", os.O_WRONLY | os.O_CREAT)
-    try:
-        while True:
-            os.write(fd, b"\0" * 4096)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def health(d) -> str:
@@ -69,7 +58,7 @@ def test_alerts_held_in_memory_survive_a_kill_9(tmp_path, daemon_factory, slack)
         d = daemon_factory(*args)
         d.start()
         d.wait_for(lambda: 'rlguard_run_last_step{run="grpo-9"} 20.0' in d.metrics(), "healthy lines not read")
-        fill(box)
+        fill_disk(box)
         bad = healthy(21, 5)
         bad[2]["loss"] = math.nan  # step 23: a critical stop
         append(log, bad)

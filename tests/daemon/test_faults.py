@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from daemon_helpers import append, healthy
+from daemon_helpers import append, fill_disk, healthy
 
 from rlguard.daemon.config import DaemonConfig, StopConfig
 from rlguard.daemon.service import Daemon
@@ -159,14 +159,7 @@ def test_full_state_disk_is_on_healthz_and_alerts_wait_in_memory(tmp_path):
         d.save()
         assert _health(d) == "ok"
         filler = state / "filler"
-        fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
-        try:  # fill the disk
-            while True:
-                os.write(fd, b"\0" * 4096)
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        fill_disk(state)
         append(log, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(6, 14)])
         d.poll()
         d.save()
