@@ -320,6 +320,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-v", "--verbose", action="store_true", help="print every alert")
     ap.add_argument("--json", type=Path, help="write per-case results and totals (per kind, "
                     "per logging interval) here")
+    ap.add_argument("--healthy-runs", type=int, default=6, metavar="N",
+                    help="then the healthy-run false-alarm table of bench/false_alarms.py over N "
+                    "simulated healthy runs per family x noise x interval cell (default 6, 504 "
+                    "runs; 0 skips it; 24 is the bench's own default)")
     args = ap.parse_args(argv)
 
     cmd = args.rlguard.split() if args.rlguard else rlguard_cmd()
@@ -344,6 +348,13 @@ def main(argv: list[str] | None = None) -> int:
         t_json = {**t, "per_interval": {str(L): v for L, v in t["per_interval"].items()}}
         args.json.write_text(json.dumps({"corpus": str(data), "cases": slim, "totals": t_json},
                                         indent=1) + "\n")
+    if args.healthy_runs > 0:
+        # the other side of the ledger: warnings per 100 healthy 1,000-step runs, per rule,
+        # noise model, logging interval and family (the corpus's own healthy cases are too few)
+        import false_alarms
+
+        print("\n", flush=True)
+        false_alarms.main(["--runs", str(args.healthy_runs), "-j", str(args.jobs)])
     return 1 if t["unusable"] else 0
 
 

@@ -24,13 +24,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "healthy"))
 
 from falsealarms import PACK_BUDGET, Tally, measure, severe_rules, specs  # noqa: E402
-from sim import FAMILIES, INTERVALS, NOISES  # noqa: E402
+from sim import EXTRA_INTERVALS, EXTRA_NOISES, FAMILIES, INTERVALS, NOISES  # noqa: E402
 
 from rlguard.rulespec import load_packs  # noqa: E402
 
 _PACKS = None
 SHORT = {"gauss": "gauss", "t3": "t3", "tiny_group": "tiny", "ar1": "ar1", "outliers": "outl",
-         "learning_curve": "curve", "warmup": "warm"}
+         "learning_curve": "curve", "warmup": "warm", "t2": "t2", "t2_ar1": "t2ar"}
 
 
 def _work(spec):
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--records", help="comma-separated record counts cycled over the runs of a "
                     "cell (e.g. 20,300,5000), instead of --steps; rates stay per 1,000 steps")
     ap.add_argument("--family", action="append", choices=FAMILIES, help="only this family (repeatable)")
-    ap.add_argument("--noise", action="append", choices=NOISES, help="only this noise model (repeatable)")
-    ap.add_argument("--interval", action="append", type=int, choices=INTERVALS, help="only this logging interval")
+    ap.add_argument("--noise", action="append", choices=NOISES + EXTRA_NOISES, help="only this noise model (repeatable)")
+    ap.add_argument("--interval", action="append", type=int, choices=INTERVALS + EXTRA_INTERVALS, help="only this logging interval")
     ap.add_argument("--rule", action="append", help="only these rules in the table (repeatable)")
     ap.add_argument("--json", metavar="FILE", help="write rates and every firing as JSON")
     ap.add_argument("-j", "--jobs", type=int, default=1, help="worker processes (default 1)")

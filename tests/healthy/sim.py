@@ -46,7 +46,11 @@ from rlguard.sources.base import LogRecord
 
 FAMILIES = ("grpo", "ppo", "dpo", "sft")
 NOISES = ("gauss", "t3", "tiny_group", "ar1", "outliers", "learning_curve", "warmup")
+#: harsher models the bench can ask for by name (``--noise t2``), outside the suite's sample
+EXTRA_NOISES = ("t2", "t2_ar1")
 INTERVALS = (1, 10, 50)
+#: other logging intervals the bench can ask for (``--interval 5``)
+EXTRA_INTERVALS = (2, 5, 20, 25, 100)
 #: values of the logged step, not window means (states, or the last optimizer step's)
 AT_STEP = frozenset({"grad_norm", "learning_rate", "actor/grad_norm", "actor/lr",
                      "critic/kl_coeff"})
@@ -66,7 +70,7 @@ class RunSpec:
         return max(1, self.steps // self.interval)
 
     def rng(self) -> np.random.Generator:
-        key = [self.seed, FAMILIES.index(self.family), NOISES.index(self.noise), self.interval,
+        key = [self.seed, FAMILIES.index(self.family), (NOISES + EXTRA_NOISES).index(self.noise), self.interval,
                self.steps]
         return np.random.default_rng(np.random.SeedSequence(key))
 
@@ -90,9 +94,11 @@ class Noise:
         rng, n = self.rng, self.n
         if self.model == "t3":
             e = np.clip(rng.standard_t(3, n), -T_CLIP, T_CLIP)
+        elif self.model.startswith("t2"):  # 2 dof (infinite variance), clipped as t3 is
+            e = np.clip(rng.standard_t(2, n), -T_CLIP, T_CLIP)
         else:
             e = rng.standard_normal(n)
-        if self.model == "ar1":
+        if self.model in ("ar1", "t2_ar1"):
             e = 0.5 * e + slow * ar1(rng, n)
         return e * self.unsettled
 
