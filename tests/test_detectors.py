@@ -129,3 +129,37 @@ def test_unknown_params_are_rejected():
 
     with pytest.raises(ValidationError):
         DETECTORS["spike"].Params.model_validate({"zz": 3})
+
+
+def _ar1_wander(seed: int, n: int = 1000, phi: float = 0.99) -> np.ndarray:
+    """A healthy reward level that wanders slowly (AR(1), 2 units) under fast noise (0.5 units)."""
+    r = np.random.default_rng(seed)
+    e, x = r.standard_normal(n) * np.sqrt(1 - phi * phi), np.empty(n)
+    x[0] = r.standard_normal()
+    for i in range(1, n):
+        x[i] = phi * x[i - 1] + e[i]
+    return 0.3 * (1.0 + 0.1 * (0.5 * r.standard_normal(n) + 2.0 * x))
+
+
+CP_DROP = {"half": 10, "z": 6.0, "window": 120, "min_size": 8, "min_rel_shift": 0.3, "min_sigma": 5.0,
+           "direction": "down", "autocorr": True}
+
+
+def test_changepoint_history_judges_a_shift_against_the_runs_own_past_shifts():
+    # wander of the level: a 30%+ shift between two segments happens by luck in some runs; past
+    # the first 300+ records the run has shown shifts that size before, and they stop counting
+    late = lambda v: int(np.any(v[450:] == 1))  # noqa: E731 - where the history exists
+    runs = [_ar1_wander(s) for s in range(60)]
+    without = sum(late(_run("changepoint", CP_DROP, x, [len(x)])) for x in runs)
+    with_hist = sum(late(_run("changepoint", CP_DROP | {"history": 300}, x, [len(x)])) for x in runs)
+    assert without >= 2 and with_hist < without / 2
+    # a real drop after a calm history is still a drop, at the same record
+    calm = 0.3 * (1.0 + 0.03 * rng.standard_normal(1000))
+    drop = np.where(np.arange(1000) >= 600, 0.5 * calm, calm)
+    v0 = _run("changepoint", CP_DROP, drop, [len(drop)])
+    v1 = _run("changepoint", CP_DROP | {"history": 300}, drop, [len(drop)])
+    assert v1[600:].any() and np.flatnonzero(v1 == 1)[0] == np.flatnonzero(v0 == 1)[0]
+    # chunking and a restore do not change what history decides
+    x = runs[0]
+    whole = _run("changepoint", CP_DROP | {"history": 300}, x, [len(x)])
+    assert np.array_equal(whole, _run("changepoint", CP_DROP | {"history": 300}, x, [7, 1, 33], restore_at=500))

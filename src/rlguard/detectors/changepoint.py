@@ -39,7 +39,16 @@ class ChangePoint(Detector):
             "count slow wander in the standard error: a level that drifts (AR(1), phi near 1) "
             "has far fewer independent samples than records, so the error of its median grows "
             "by the spread of the segment over its sample-to-sample noise and by "
-            "sqrt((1 + rho) / (1 - rho)) for its lag-1 autocorrelation rho (0..0.9)"))
+            "sqrt((1 + rho) / (1 - rho)) for its lag-1 autocorrelation rho (0..0.97)"))
+        history: int = Field(0, ge=0, description=(
+            "also judge the shift against the run's own past shifts: the standard deviation of the "
+            "same comparison (the mean of as many samples as the segment after, minus the mean of "
+            "as many as the segment before) over up to this many earlier records, ending where the "
+            "segment ruptures sees starts (0: off). A "
+            "level that wanders slowly (AR drift) shows large past shifts, so a shift of the size "
+            "the run has shown before by luck is not a change"))
+        history_k: float = Field(4.0, ge=0, description="the shift must be this many past-shift standard deviations")
+        min_history: int = Field(60, ge=10, description="past shifts needed before `history` counts")
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -72,7 +81,7 @@ class ChangePoint(Detector):
             self.last_change_step = int(found[2])
             self.quiet_until = absolute + p.half
         self.seen += n
-        keep = p.window + 2 * p.half
+        keep = p.window + 2 * p.half + (p.history + p.window if p.history else 0)
         self.tail, self.tail_steps = keep_tail(hist, keep), hsteps[-keep:].tolist()
         return Scan(verdict, stat, ref, ref_step)
 
@@ -125,6 +134,8 @@ class ChangePoint(Detector):
             stderr *= _wander(pre, sigma)
         if abs(shift) < p.min_rel_shift * abs(m0) or abs(shift) < p.min_sigma * stderr:
             return None
+        if p.history and abs(shift) < p.history_k * _past_shifts(hist[: len(hist) - len(seg)], p, len(pre), len(post)):
+            return None
         mid, side = (m0 + m1) / 2.0, np.sign(shift)
         if np.mean(side * (post - mid) > 0) < 0.8 or side * (np.median(post[-3:]) - mid) <= 0:
             return None  # a mixture or an excursion that already ended, not a new level
@@ -146,6 +157,19 @@ class ChangePoint(Detector):
         self.last_change_step = int(s.get("last_change_step", -1))
 
 
+def _past_shifts(earlier: np.ndarray, p, a: int, b: int) -> float:
+    """Standard deviation of the same comparison made earlier in the run: the mean of ``b``
+    samples minus the mean of the ``a`` before them (the two segments' lengths), over the last
+    ``history`` records of ``earlier``; 0 while fewer than ``min_history`` such comparisons exist."""
+    x = earlier[-(p.history + a + b):]
+    if len(x) < a + b + p.min_history:
+        return 0.0
+    cs = np.concatenate([[0.0], np.cumsum(x)])
+    k = np.arange(a + b, len(x) + 1)
+    diff = (cs[k] - cs[k - b]) / b - (cs[k - b] - cs[k - a - b]) / a
+    return float(np.std(diff))
+
+
 def _wander(pre: np.ndarray, sigma: float) -> float:
     """How much a segment's slow wander inflates the standard error of its median: its own
     spread over the sample-to-sample noise ``sigma`` (1 for white noise), times the
@@ -155,5 +179,5 @@ def _wander(pre: np.ndarray, sigma: float) -> float:
     d = x - x.mean()
     den = float(np.dot(d, d))
     rho = float(np.dot(d[1:], d[:-1]) / den) if den > 0 else 0.0
-    rho = min(max(rho, 0.0), 0.9)
+    rho = min(max(rho, 0.0), 0.97)
     return max(1.0, spread / sigma) * float(np.sqrt((1.0 + rho) / (1.0 - rho)))
