@@ -163,3 +163,27 @@ def test_changepoint_history_judges_a_shift_against_the_runs_own_past_shifts():
     x = runs[0]
     whole = _run("changepoint", CP_DROP | {"history": 300}, x, [len(x)])
     assert np.array_equal(whole, _run("changepoint", CP_DROP | {"history": 300}, x, [7, 1, 33], restore_at=500))
+
+
+REGRESSION = {"mode": "max", "min_rel_gap": 0.05, "noise_k": 2.0, "min_history": 3}  # the default pack's
+
+
+def _two_in_a_row(v: np.ndarray) -> bool:
+    return bool(np.any((v[:-1] == 1) & (v[1:] == 1)))
+
+
+def test_baseline_from_the_first_evaluation_counts_its_noise():
+    # 16 evaluations of a flat validation reward: the first one is as noisy as the rest, so
+    # "2 evaluations in a row below it" must not be a coin flip (it fired on 12-23% of such
+    # runs when the first evaluation counted as exact and was judged from the 3rd)
+    for sd in (0.008, 0.02):
+        runs = [0.23 + sd * np.random.default_rng(s).standard_normal(16) for s in range(1000)]
+        rate = np.mean([_two_in_a_row(_run("baseline", REGRESSION, x, [16])) for x in runs])
+        assert rate < 0.08, (sd, rate)
+    # a real regression of 10% (3 noise sigmas) from the 6th evaluation is still seen in most runs
+    drop = [np.where(np.arange(16) >= 6, 0.207, 0.23) + 0.008 * np.random.default_rng(s).standard_normal(16)
+            for s in range(300)]
+    assert np.mean([_two_in_a_row(_run("baseline", REGRESSION, x, [16])) for x in drop]) > 0.5
+    # a configured baseline is exact: judged from the 3rd evaluation, as before
+    v = _run("baseline", REGRESSION | {"baseline": 0.55}, np.array([0.55, 0.54, 0.45, 0.44, 0.44]), [5])
+    assert v[2] == 1
