@@ -1,6 +1,6 @@
 """Incidents: the alerts one fault set off in one run, grouped, with the fault's cause.
 
-A fault rarely trips one rule: a 300x learning-rate jump blows up ``grad_norm`` at one step and
+A fault rarely trips one rule: a 1,000x learning-rate jump blows up ``grad_norm`` at one step and
 the KL at the next; a reward-variance collapse trips six rules that watch the same thing. A
 person wants one incident that names its cause, then what followed. As Alertmanager groups
 alerts and lets the strongest one of a kind inhibit the weaker ones, :class:`Incidents` does

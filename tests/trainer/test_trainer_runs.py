@@ -146,7 +146,7 @@ def test_bad_config_is_exit_2(tmp_path):
 
 
 def test_injected_grad_explosion_stops_as_its_cause_with_the_kl_as_what_followed(tmp_path):
-    """A 300x learning-rate jump blows up the gradient, then the KL: one incident, whose cause is
+    """A 1,000x learning-rate jump blows up the gradient, then the KL: one incident, whose cause is
     the gradient explosion, whichever rule stops the run (a KL of 1,000+ nats is stopped on sight)."""
     out = tmp_path / "grad_explosion"
     r = run_train(out, "--inject", "grad_explosion", "--max-steps", "40", timeout=600)

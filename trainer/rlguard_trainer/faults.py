@@ -36,8 +36,10 @@ class Faults:
         return [Reward("constant", constant)] if self.kind == "reward_variance_collapse" else rewards
 
     def lr_multiplier(self, step: int) -> float:
-        """grad_explosion: the learning rate jumps 300x at the fault step (a scheduler bug)."""
-        return 300.0 if self.kind == "grad_explosion" and step >= self.step else 1.0
+        """grad_explosion: the learning rate jumps 1,000x at the fault step (a scheduler bug): large
+        enough that the update blows up on any version of the libraries (at 300x a tiny model
+        under transformers 5 only spiked its gradient norm 16x for two steps and recovered)."""
+        return 1000.0 if self.kind == "grad_explosion" and step >= self.step else 1.0
 
     def corrupt_loss(self, loss: torch.Tensor, step: int) -> torch.Tensor:
         """nonfinite: the loss of the fault step is NaN (as an fp overflow would make it)."""
