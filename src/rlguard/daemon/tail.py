@@ -116,7 +116,7 @@ class FileTail:
         self.settle = settle
         self.now = 0.0  # the time of the poll under way
         self._reader: Reader | None = None
-        self._carried: list[LogRecord] = []  # released from the file left by switch(): the next poll's
+        self._carried: list[LogRecord] = []  # released by switch() from the file it left, for the next poll
         self._held: list[LogRecord] = []  # re-read records not yet proven judged (see _filter)
 
     @property
