@@ -167,6 +167,17 @@ rules:
     assert "metrics present" in r.stdout and "kl" in r.stdout.split("metrics present", 1)[1]
 
 
+def test_metrics_present_names_the_keys_logged_never_an_alias_pattern(tmp_path):
+    """Issue 21: a key matched by an alias pattern (``*/beta_used``) is shown as logged, and the
+    keys no alias maps are listed too, counted."""
+    rows = [{"step": s, "loss": 0.5, "reward": 0.3, "beta_dpo/beta_used": 0.1, "my_metric": 1.0}
+            for s in range(1, 21)]
+    r = check(jsonl(tmp_path / "dpo.jsonl", rows))
+    note = r.stdout.split("metrics present: ", 1)[1].splitlines()[0]
+    assert "beta_dpo/beta_used" in note and "*" not in note, note
+    assert "1 under their own names: my_metric" in note, note
+
+
 def test_bad_rules_file_is_exit_2_with_line(tmp_path):
     rules = tmp_path / "bad.yaml"
     rules.write_text("apiVersion: rlguard/v1\npack: x\nversion: '1'\nrules:\n  - id: X-1\n    kind: Not A Kind\n")

@@ -16,7 +16,7 @@ def test_wheel_contains_the_rules(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     wheel = next(tmp_path.glob("rlguard-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"rlguard/rules/default.yaml", "rlguard/rules/aliases.yaml"} <= names
+    assert {"rlguard/rules/default.yaml", "rlguard/rules/aliases.yaml", "rlguard/rules/rules.schema.json"} <= names
     assert any(n.startswith("rlguard/rules/tests/") for n in names)
     assert "rlguard/detectors/base.py" in names and "rlguard_trainer/loop.py" in names
     meta = next(n for n in names if n.endswith("METADATA"))

@@ -259,3 +259,85 @@ def test_adam_betas_are_not_a_kl_coefficient():
     wd = Watchdog(run="r")
     wd.ingest([LogRecord(s, {"loss": 0.69, "optimizer/adam_beta2": 0.999 if s < 5 else 0.0}, s) for s in range(1, 10)])
     assert not [a for a in wd.alerts if a.kind == "beta_collapse"]
+
+
+def test_the_end_of_run_summary_counts_and_lists_every_logged_key_alike(tmp_path):
+    """Issue 21: the summary said "24 metrics" and listed 11. Every key logged (ignored ones such
+    as epoch aside) is counted once and listed once: under rlguard's names (the key an alias
+    *pattern* matched, never the pattern) or among the keys no alias maps; a restored watchdog
+    says the same."""
+    from rlguard import coverage_lines
+
+    rows = [(s, {"loss": 0.5, "train/reward": 0.2, "beta_dpo/beta_used": 0.1, "epoch": s / 10,
+                 "my/odd_metric": 1.0, "rewad_typo": 0.3, "grad_norm": 1.0}) for s in range(1, 13)]
+    wd = Watchdog(run="r")
+    feed(wd, rows)
+    lines = coverage_lines(wd)
+    assert " rules watched 6 logged metrics over 12 logged steps" in lines[0], lines
+    mapped = lines[1].split(": ", 1)[1].split(", ")
+    unmapped = lines[2].split("misspelt rule metric hides here): ", 1)[1].split(", ")
+    assert sorted(mapped) == ["beta_dpo/beta_used", "grad_norm", "loss", "train/reward"], lines
+    assert lines[1].startswith("4 metric(s)") and lines[2].startswith("2 logged metric(s)")
+    assert sorted(unmapped) == ["my/odd_metric", "rewad_typo"]
+    assert not any("*" in line.split("rules on '*'")[0] for line in lines)  # no alias pattern shown
+    assert "epoch" not in " ".join(lines)
+    wd.save(tmp_path / "state.json")
+    again = Watchdog(run="r")
+    again.load(tmp_path / "state.json")
+    feed(again, [(13, rows[0][1])])
+    assert coverage_lines(again)[:3] == [lines[0].replace("over 12", "over 13"), lines[1], lines[2]]
+
+
+KEEP_PACK = """apiVersion: rlguard/v1
+pack: keep
+version: "1"
+checkpoint_on_best:
+  - {metric: val_loss, mode: min}
+rules:
+  - id: KEEP-GRAD
+    kind: grad_explosion
+    severity: warning
+    description: the incident's first anomaly
+    metric: grad_norm
+    detector: threshold
+    params: {above: 100}
+  - id: KEEP-KL
+    kind: kl_high
+    severity: critical
+    action: stop
+    description: what stops the run, later in the same incident
+    metric: kl
+    detector: threshold
+    params: {above: 1}
+"""
+
+
+@pytest.mark.parametrize("best_at, keep", [(30, 30), (45, None)])
+def test_the_stop_message_names_a_checkpoint_to_keep_only_from_before_the_incident(tmp_path, best_at, keep):
+    """Issue 21: the stop message said "keep the step-45 checkpoint (best val_loss)" for a best
+    evaluation inside the incident (it began at step 42); the stop record and Slack, through
+    rlguard.keep, named none. Every message now asks the same question."""
+    from rlguard import Verdict, checkpoint_to_keep, load_packs
+    from rlguard.notify.blocks import action_text
+
+    pack = tmp_path / "keep.yaml"
+    pack.write_text(KEEP_PACK)
+    wd = Watchdog(packs=load_packs([str(pack)], with_default=False), run="r")
+    rows = []
+    for s in range(1, 51):
+        m = {"grad_norm": 1.0 if s < 42 else 500.0, "kl": 0.01 if s < 48 else 5.0}
+        if s % 5 == 0:
+            m["val_loss"] = 1.0 - 0.01 * min(s, best_at)  # improves until best_at, flat after
+        rows.append((s, m))
+    decisions = feed(wd, rows)
+    stop = next(d for d in decisions if d.action is Action.STOP)
+    a = stop.alert
+    assert a.step == 48 and a.incident["started"] == 42 and a.checkpoint_step == keep
+    if keep is None:
+        assert "keep the step" not in a.message and action_text(a) == "stopped"
+    else:
+        assert a.message.endswith(f"; stop the run and keep the step-{keep} checkpoint (best val_loss)")
+        assert action_text(a) == f"stopped; checkpoint kept at step {keep}"
+    saved = {s: f"ckpt-{s}" for s in range(5, 50, 5)}
+    verdict = Verdict.of([stop])
+    assert checkpoint_to_keep(saved, verdict.onset, [verdict.keep_step]).step == (keep or 40)

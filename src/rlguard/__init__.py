@@ -1,5 +1,6 @@
 """rlguard: a training-health monitor and early-stopping service for RL fine-tuning of LLMs."""
 from .alerts import Action, Alert, Decision, Kind, Severity
+from .coverage import summary_lines as coverage_lines
 from .errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
 from .keep import Keep, checkpoint_to_keep
 from .rulespec import Rule, RulePack, load_pack, load_packs
@@ -20,5 +21,5 @@ def __getattr__(name: str):
         return RLGuardCallback
     raise AttributeError(f"module 'rlguard' has no attribute {name!r}")
 __all__ = ["RLGuardCallback", "Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
-           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "checkpoint_to_keep", "RLGuardError", "InputError",
+           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "checkpoint_to_keep", "coverage_lines", "RLGuardError", "InputError",
            "LogFormatError", "RuleError", "StateError"]

@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
-from . import incarnation
+from . import coverage, incarnation
 from .alerts import Alert
 from .incidents import incident_line
 from .keep import Keep, checkpoint_to_keep
@@ -77,7 +77,6 @@ class RLGuardCallback(TrainerCallback):
         self._warned: set = set()
         self._protected: str | None = None
         self._protected_step: int | None = None
-        self._logged: set[str] = set()  # every metric key logged (the end-of-training summary aside)
 
     # ------------------------------------------------------------------ trainer events
     def on_train_begin(self, args, state, control, **kwargs):
@@ -110,25 +109,17 @@ class RLGuardCallback(TrainerCallback):
         if not state.is_world_process_zero or self.watchdog is None:
             return control
         wd = self.watchdog
-        cov = wd.coverage()
         alarms = [a for a in wd.alerts if a.status == "firing" and a.severity in ("warning", "critical")]
-        watching = cov["rules"] - len(cov["idle"])
-        head = (f"rlguard: {watching} of {cov['rules']} rules watched {len(cov['metrics'])} metrics over "
-                f"{wd.seq - wd.summaries - wd.duplicates} logged steps")
+        head, *rest = coverage.summary_lines(wd)
         if self.stop_reason is not None:
             found = f"stopped: {self.stop_reason}"
         elif alarms:
             found = f"alerts: {len(alarms)} (see {self._out / 'rlguard' / 'decisions.jsonl'})"
         else:
             found = "alerts: none"
-        logger.warning("%s; %s", head, found)
-        idle = wd.idle_note()
-        if idle:
-            logger.warning("rlguard: %s", idle)
-        unmapped = sorted(self._logged - set(cov["raw"]) - set(cov["metrics"]))
-        if unmapped:  # a rule author's typo, or a metric no alias knows yet, hides here
-            logger.warning("rlguard: %d logged key(s) no rule or alias reads: %s", len(unmapped),
-                           ", ".join(unmapped[:60]) + (" ..." if len(unmapped) > 60 else ""))
+        logger.warning("rlguard: %s; %s", head, found)
+        for line in rest:
+            logger.warning("rlguard: %s", line)
         self.trackers.close()
         if self.incarnation is not None:
             incarnation.end(self._out, self.incarnation, state.global_step, self.stop_reason is not None,
@@ -151,8 +142,6 @@ class RLGuardCallback(TrainerCallback):
         if not metrics or key == self._last:  # evaluate() logs the same dict twice
             return control
         self._last = key
-        if self.watchdog is not None and self.watchdog.vocab.summary_markers.isdisjoint(metrics):
-            self._logged.update(metrics)
         verdict = Verdict()
         if state.is_world_process_zero and self.watchdog is not None:
             decisions = self.watchdog.observe(state.global_step, metrics)

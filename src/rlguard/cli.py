@@ -4,6 +4,8 @@
     rlguard rules check FILE...       validate rule packs (and alias tables)
     rlguard rules test [PATH...]      run rule unit tests (default: the shipped ones)
     rlguard rules list [--rules ...]  list the rules in use
+    rlguard rules detectors [--format text|json]   every detector and its parameters
+    rlguard rules schema              the JSON Schema of rule pack files
 
 Exit status of ``check``: 0 no warning/critical alert, 1 alerts fired, 2 unusable input or
 usage (the message on stderr names the file and line).
@@ -201,7 +203,20 @@ def _add_rules(sub) -> None:
     rl = rsub.add_parser("list", help="list the rules in use")
     rl.add_argument("--rules", action="append", metavar="FILE_OR_DIR")
     rl.set_defaults(func=cmd_rules_list)
+    rd = rsub.add_parser("detectors", help="every detector: what makes it fire, its parameters (type, default, "
+                                           "bounds, meaning)")
+    rd.add_argument("--format", choices=["text", "json"], default="text")
+    rd.set_defaults(func=lambda a: _rules_reference().print_detectors(a.format))
+    rs = rsub.add_parser("schema", help="the JSON Schema of rule pack files, for editors (as shipped in "
+                                        "rlguard/rules/rules.schema.json)")
+    rs.set_defaults(func=lambda a: _rules_reference().print_schema())
     r.set_defaults(func=lambda a: (r.print_help(sys.stderr), 2)[1])
+
+
+def _rules_reference():
+    from . import rulesref
+
+    return rulesref
 
 
 def _version() -> str:

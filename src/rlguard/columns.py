@@ -66,6 +66,14 @@ class Naming:
     def name(self, raw: str) -> str | None:
         return self._name[raw]
 
+    def logged(self) -> tuple[list[str], list[str]]:
+        """The keys logged (ignored ones aside), as logged: those read under a canonical name
+        (the keys an alias pattern matched, never the pattern), and those no alias maps."""
+        mapped = {raw for raw, name in self._name.items() if name is not None and name in self.source}
+        mapped |= {src for src in self.source.values() if not _is_pattern(src)}  # a restored state
+        unmapped = {raw for raw, name in self._name.items() if name is not None and name not in self.source}
+        return sorted(mapped), sorted(unmapped - mapped)
+
 
 def _is_pattern(name: str) -> bool:
     return any(c in name for c in "*?[")

@@ -23,10 +23,16 @@ class Keep:
         return f"checkpoint to keep: {self.path} ({self.why})" if self.path else f"checkpoint to keep: {self.why}"
 
 
+def before_incident(step: int | None, onset: int | None) -> bool:
+    """A state of ``step`` may be kept: the incident (which began at ``onset``; None: no
+    incident) had not begun. Every message and record that names a checkpoint asks this."""
+    return step is not None and (onset is None or step < onset)
+
+
 def checkpoint_to_keep(saved: Mapping[int, str], onset: int | None, bests: Iterable[int | None] = ()) -> Keep:
     """``saved``: step -> checkpoint folder of the checkpoints still on disk; ``bests``: the steps
     where the evaluation reached a new best (the newest of them saved before ``onset`` wins)."""
-    before = {s: p for s, p in saved.items() if onset is None or s < onset}
+    before = {s: p for s, p in saved.items() if before_incident(s, onset)}
     best = max((b for b in bests if b is not None and b in before), default=None)
     if best is not None:
         return Keep(best, before[best], f"the best evaluation, step {best}"

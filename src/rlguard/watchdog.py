@@ -16,12 +16,15 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from . import coverage
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
 from .detectors.base import robust_sigma_of_diffs
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
 from .incidents import Incidents, in_incident
+from .keep import before_incident
+from .verdict import onset_of
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
 from .vocab import Vocabulary
@@ -118,7 +121,7 @@ class Watchdog:
         if self.first_step is None:
             self.first_step = int(min(int(c.steps[0]) for c in cols.values()))
         pending: list[tuple[int, int, Decision]] = []
-        new_alerts: list[tuple[int, int, Alert]] = []
+        new_alerts: list[tuple[int, int, Alert, str | None]] = []
         for name, col in cols.items():
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
         self._track_best(cols, pending)
@@ -129,8 +132,10 @@ class Watchdog:
             self._finite_seen.update(n for n, c in cols.items()
                                      if n not in self._finite_seen and np.isfinite(c.values).any())
         new_alerts.sort(key=lambda t: (t[0], t[1]))  # arrival order, as a live run sees them
-        self.incidents.assign((seq, a) for seq, _, a in new_alerts)
-        self.alerts.extend(a for _, _, a in new_alerts)
+        self.incidents.assign((seq, a) for seq, _, a, _ in new_alerts)
+        for _, _, a, best_of in new_alerts:
+            _say_keep(a, best_of)
+        self.alerts.extend(a for _, _, a, _ in new_alerts)
         for name in self._needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
         pending.sort(key=lambda t: (t[0], t[1]))
@@ -163,10 +168,10 @@ class Watchdog:
             events = inst.evaluate(col, self.first_step or 0, companion, guards)
             unchecked = self._unchecked(rule, col, cols) if events else None
             for ev in events:
-                alert = self._alert(rule, name, col, ev, inst)
+                alert, best_of = self._alert(rule, name, col, ev, inst)
                 if unchecked is not None and ev.firing:
                     _degrade(alert, [m for m, miss in unchecked if miss[ev.index]])
-                new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert))
+                new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert, best_of))
                 if ev.firing:
                     d = Decision(Action(alert.action), alert.step, alert.message, alert, rule.kind)
                     pending.append((int(col.seq[ev.index]), 1 + self._rule_order[rule.id], d))
@@ -233,7 +238,7 @@ class Watchdog:
         series = {g.metric: self._series(g.metric, cols) for g in rule.guards}
         return guard_mask(rule.guards, rule.guard_mode, col.seq if idx is None else col.seq[idx], series)
 
-    def _alert(self, rule: Rule, metric: str, col: Column, ev, inst: RuleInstance) -> Alert:
+    def _alert(self, rule: Rule, metric: str, col: Column, ev, inst: RuleInstance) -> tuple[Alert, str | None]:
         j = ev.index
         value = float(col.values[j]) if ev.value is None else ev.value
         ckpt, best_of = None, None
@@ -244,13 +249,12 @@ class Watchdog:
                 ckpt, best_of = self.best.at(int(col.seq[j])), self.best.metric
         msg = ev.message
         if ev.firing and rule.action == Action.STOP:
-            msg += "; stop the run" + (f" and keep the step-{ckpt} checkpoint (best {best_of})"
-                                       if ckpt is not None else "")
+            msg += "; stop the run"  # the checkpoint to keep is said once the incident is known
         return Alert(run=self.run, rule=rule.id, kind=rule.kind, severity=rule.severity.value,
                      action=rule.action.value, step=int(col.steps[j]), metric=metric, value=value,
                      message=msg, status="firing" if ev.firing else "resolved",
                      line=int(col.lines[j]), checkpoint_step=ckpt, labels=dict(rule.labels),
-                     annotations=dict(rule.annotations))
+                     annotations=dict(rule.annotations)), best_of
 
     def _track_best(self, cols: dict[str, Column], pending: list) -> None:
         if self.best is None:
@@ -279,19 +283,20 @@ class Watchdog:
 
     def coverage(self) -> dict[str, Any]:
         """Which rules had something to watch: ``rules`` (count), ``idle`` (rule ids none of
-        whose metrics was ever logged), ``metrics`` (canonical names seen) and ``raw`` (the
-        names as logged), so a user sees a rule on a metric that never came."""
+        whose metrics was ever logged), ``metrics`` (names the rules saw), ``raw`` (the keys
+        as logged that were read under rlguard's names) and ``unmapped`` (the keys no alias
+        maps), so a user sees a rule on a metric that never came."""
         active = {key.partition("|")[0] for key in self.instances}
         seen = set(self._latest)
         idle = [r.id for r in self.rules
                 if r.id not in active and r.id not in self._wild and not seen.intersection(r.metrics)]
-        return {"rules": len(self.rules), "idle": idle, "metrics": sorted(seen),
-                "raw": sorted(set(self.naming.source.values()))}
+        raw, unmapped = self.naming.logged()
+        return {"rules": len(self.rules), "idle": idle, "metrics": sorted(seen), "raw": raw, "unmapped": unmapped}
 
-    def idle_note(self) -> str | None:
+    def idle_note(self, with_metrics: bool = True) -> str | None:
         """One line on the rules that had nothing to watch: a pack's own rules by id (a misspelt
         metric shows here), the default pack's by count (a GRPO log has no DPO metrics), and
-        the metrics that were there. None when every rule had something to watch."""
+        (``with_metrics``) the metrics that were there. None when every rule had something to watch."""
         cov = self.coverage()
         if not cov["idle"]:
             return None
@@ -302,8 +307,7 @@ class Watchdog:
             parts.append(f"rule(s) with nothing to watch (their metrics were never logged): {', '.join(mine)}")
         if len(cov["idle"]) > len(mine):
             parts.append(f"{len(cov['idle']) - len(mine)} default rule(s) had nothing to watch")
-        present = ", ".join(cov["raw"][:40]) + (" ..." if len(cov["raw"]) > 40 else "")
-        return "; ".join(parts) + f"; metrics present: {present or 'none'}"
+        return "; ".join(parts + ([coverage.present(cov)] if with_metrics else []))
 
     def firing(self) -> list[Alert]:
         """Alerts currently firing (the latest firing alert of each firing rule instance)."""
@@ -379,6 +383,17 @@ class Watchdog:
             self.load_state_dict(data)
         except StateError as exc:
             raise StateError(exc.message, path=str(path)) from None
+
+
+def _say_keep(alert: Alert, best_of: str | None) -> None:
+    """A stop names the best evaluation's checkpoint to keep only when it precedes the incident
+    (:func:`rlguard.keep.before_incident`, as the stop record and Slack): a best inside it is none."""
+    if alert.checkpoint_step is None:
+        return
+    if not before_incident(alert.checkpoint_step, onset_of(alert)):
+        alert.checkpoint_step = None
+    elif alert.message.endswith("; stop the run"):
+        alert.message += f" and keep the step-{alert.checkpoint_step} checkpoint (best {best_of})"
 
 
 _LOWER = {"critical": "warning", "warning": "info", "info": "info"}

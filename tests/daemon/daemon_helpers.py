@@ -1,6 +1,7 @@
 """Helpers for the daemon tests: the daemon as a subprocess, log writers."""
 from __future__ import annotations
 
+import glob
 import json
 import os
 import signal
@@ -91,3 +92,18 @@ def fill_disk(folder) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def flush_events(w) -> None:
+    """tensorboardX writes from a thread (one flush() may return before its queue is written):
+    flush until the event file stops growing."""
+    w.flush()
+    files = glob.glob(os.path.join(w.logdir, "events.out.tfevents.*"))
+    last = -1
+    for _ in range(100):
+        size = sum(os.path.getsize(f) for f in files)
+        if size == last:
+            return
+        last = size
+        time.sleep(0.05)
+        w.flush()

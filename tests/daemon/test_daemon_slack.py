@@ -56,3 +56,40 @@ def test_end_to_end_with_slack_and_kill_9(tmp_path, daemon_factory, slack):
     # down); none repeats only what was already sent: no duplicate
     assert after and all(any(r in t for r in new_rules) for t in after), after
     assert d2.stop() == 0
+
+
+def test_slack_says_requested_obeyed_and_ignored_stops(tmp_path, daemon_factory, slack):
+    """Issue 21's must-show, through slack-sdk's real client: the message for a stop requested,
+    for the same stop obeyed (the run wrote its stop record), and for a run that ended without
+    acknowledging the request (a TRL run without the callback)."""
+    from test_honest import STUCK, obey
+
+    from rlguard import incarnation
+
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text("slack:\n  group_wait: 0\n  group_interval: 1\n  repeat_interval: 3600\n")
+    hook = tmp_path / "webhook_url"
+    hook.write_text(slack.webhook_url + "\n")
+    obeys, deaf = tmp_path / "runs" / "obeys", tmp_path / "runs" / "deaf"
+    append(obeys / "metrics.jsonl", STUCK)
+    incarnation.begin(obeys, 0)
+    append(deaf / "metrics.jsonl", STUCK)
+    d = daemon_factory("--config", str(cfg), "--slack-webhook-url-file", str(hook)).start()
+
+    def said(run: str, words: str) -> bool:
+        return any(f"run {run}" in t and words in t for t in texts(slack))
+
+    d.wait_for(lambda: said("obeys", "stop requested (RLGUARD_STOP written)"), "no 'stop requested' message")
+    assert not said("obeys", "obeyed") and (obeys / "RLGUARD_STOP").exists()
+    obey(obeys)  # what the callback and the bundled trainer do
+    d.wait_for(lambda: said("obeys", "stop request obeyed"), "no 'obeyed' message")
+    assert said("obeys", "the run stopped at step 7 after rlguard's stop request")
+
+    d.wait_for(lambda: (deaf / "RLGUARD_STOP").exists(), "no stop request for the deaf run")
+    append(deaf / "metrics.jsonl", [{"step": 40, "reward": 0.5, "reward_std": 0.0},
+                                    {"step": 40, "train_runtime": 120.0, "train_loss": 0.4}])
+    d.wait_for(lambda: said("deaf", "the run ended at step 40 without acknowledging the stop request"),
+               "no 'ignored' message")
+    assert said("deaf", "stop request not acknowledged: check that the run has the rlguard callback")
+    assert not said("deaf", "obeyed") and not said("obeys", "without acknowledging")
+    assert d.stop() == 0

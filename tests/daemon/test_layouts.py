@@ -3,7 +3,6 @@ runs/<stamp> TensorBoard), rewrites by rename that never replay, and the daemon 
 (state-dir lock, port in use, bad config, new runs seen within one poll)."""
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -15,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from daemon_helpers import append, constant_reward, free_port, healthy
+from daemon_helpers import append, constant_reward, flush_events, free_port, healthy
 
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
@@ -56,23 +55,8 @@ def tb_run(out, rows):
         for k, v in r.items():
             if k != "step":
                 w.add_scalar(f"train/{k}", v, r["step"])
-    settle(w)
+    flush_events(w)
     return w
-
-
-def settle(w):
-    """tensorboardX writes from a thread (one flush() may return before its queue is written):
-    flush until the event file stops growing."""
-    w.flush()
-    files = glob.glob(os.path.join(w.logdir, "events.out.tfevents.*"))
-    last = -1
-    for _ in range(100):
-        size = sum(os.path.getsize(f) for f in files)
-        if size == last:
-            return
-        last = size
-        time.sleep(0.05)
-        w.flush()
 
 
 def test_trl_output_dir_is_one_run_following_the_newest_checkpoint(tmp_path):
@@ -107,12 +91,19 @@ def test_tensorboard_under_runs_stamp_is_preferred_and_is_the_same_run(tmp_path)
     d.poll()
     assert list(d.runs) == [str(out)]
     mon = d.runs[str(out)]
-    assert "/runs/Nov22_10-00-00_host/events.out.tfevents" in mon.log and mon.info.last_step == 12
+    # the newest step waits until the file is quiet (more of its scalars may be on their way)
+    assert "/runs/Nov22_10-00-00_host/events.out.tfevents" in mon.log and mon.info.last_step == 11
+    d.clock = lambda: 1000.0 + d.cfg.settle_after
+    d.poll()
+    assert mon.info.last_step == 12
     for r in constant_reward(13, 8):
         for k, v in r.items():
             if k != "step":
                 w.add_scalar(f"train/{k}", v, r["step"])
-    settle(w)
+    flush_events(w)
+    d.poll()
+    assert mon.info.last_step == 19
+    d.clock = lambda: 1000.0 + 2 * d.cfg.settle_after
     d.poll()
     assert mon.info.last_step == 20 and (out / "RLGUARD_STOP").is_file()
     w.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from trainer_helpers import read_jsonl, run_train
+from trainer_helpers import read_jsonl, run_train, watched_keys
 
 from rlguard.alerts import Kind
 
@@ -32,6 +32,10 @@ def test_healthy_run_learns_and_is_not_stopped(healthy):
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl") if (out / "rlguard" / "decisions.jsonl").exists() else []
     assert not [d for d in decisions if d["severity"] != "info"], decisions
     assert (out / "checkpoints" / "step-80" / "model" / "config.json").is_file()
+    # the end-of-run summary counts and lists every metric key the run logged, alike
+    count, mapped, unmapped = watched_keys(r.stderr)
+    assert count == len(mapped) + len(unmapped) == len({k for row in rows for k in row} - {"step"}), r.stderr[-1500:]
+    assert mapped | unmapped == {k for row in rows for k in row} - {"step"} and {"reward", "kl"} <= mapped
 
 
 def test_saved_model_loads_with_from_pretrained_and_trains(healthy, tmp_path):

@@ -16,3 +16,15 @@ def run_train(out: Path, *args: str, timeout: int = 300) -> subprocess.Completed
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def watched_keys(text: str) -> tuple[int, set[str], set[str]]:
+    """From an end-of-run summary (rlguard.coverage): the count of logged metrics it states,
+    the keys it lists under rlguard's names and the keys it lists as mapped by no alias."""
+    import re
+
+    count = int(re.search(r"rules watched (\d+) logged metrics", text).group(1))
+    mapped = re.search(r"metric\(s\) read under rlguard's names: (.*)", text).group(1)
+    unmapped = re.search(r"misspelt rule metric hides here\): (.*)", text)
+    return (count, set(mapped.split(", ")) - {"none"},
+            set(unmapped.group(1).split(", ")) if unmapped else set())

@@ -112,16 +112,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(result: dict) -> str:
-    """The end-of-run line: where the run ended, why, and the checkpoint to keep."""
+    """The end of a run: where it ended, why, and the checkpoint to keep; then what rlguard
+    watched (rules, every metric key counted and listed, as in every integration)."""
+    watched = "".join(f"\nrlguard: {line}" for line in result.get("watched") or [])
     if result["stopped"]:
         began = f"; the incident began at step {result['onset']}" if result.get("onset") is not None else ""
         return (f"rlguard stopped the run at step {result['step']} ({result['kind']}): {result['reason']}{began}; "
-                f"{result['keep']}")
+                f"{result['keep']}{watched}")
     alerts = result.get("alerts") or 0
     seen = (f"rlguard alerts: {alerts} (see {result['output_dir']}/rlguard/decisions.jsonl)" if alerts
             else "rlguard alerts: none")
     return (f"rlguard-train: finished at step {result['step']} of {result['max_steps']}; "
-            f"last checkpoint: {result.get('checkpoint')}; {seen}")
+            f"last checkpoint: {result.get('checkpoint')}; {seen}{watched}")
 
 
 if __name__ == "__main__":

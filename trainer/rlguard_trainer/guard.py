@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from rlguard import Keep, RunRecords, Verdict, Watchdog, checkpoint_to_keep, incarnation, load_packs
+from rlguard import Keep, RunRecords, Verdict, Watchdog, checkpoint_to_keep, coverage_lines, incarnation, load_packs
 from rlguard.stopfile import take_stop_request
 
 log = logging.getLogger("rlguard")
@@ -50,6 +50,10 @@ class Guard:
     def end(self, step: int, stopped: bool) -> None:
         if self.main and self.incarnation is not None:
             incarnation.end(self.run_dir, self.incarnation, step, stopped)
+
+    def watched(self) -> list[str]:
+        """What rlguard watched: rules, and every metric key counted and listed (rank 0)."""
+        return coverage_lines(self.wd) if self.wd is not None and self.wd.seq else []
 
     def _on_signal(self, signum, frame) -> None:  # noqa: ARG002
         self._signalled = True

@@ -122,7 +122,7 @@ def train(cfg: TrainConfig, task: Task | None = None) -> dict:
             "kind": stopped.kind if stopped else None, "reason": stopped.reason if stopped else None,
             "onset": stopped.onset if stopped else None, "keep": keep.line() if stopped else None,
             "checkpoint": run.saved.get(step), "alerts": run.guard.alarms, "max_steps": cfg.max_steps,
-            "output_dir": str(out)}
+            "output_dir": str(out), "watched": run.guard.watched()}
 
 
 def setup(cfg: TrainConfig, task: Task | None = None) -> Run:

@@ -17,7 +17,7 @@ from ..verdict import Verdict, stop_record
 from ..sources.layout import Found, follow_target, log_kind, run_name
 from . import stops
 from .. import incarnation
-from .tail import FileTail
+from .tail import SETTLE, FileTail
 
 STALL_RULE = "RLG-STALL"
 STOPPED_RULE = "RLG-STOPPED"
@@ -76,14 +76,14 @@ class RunMonitor:
     (a run moves on to newer checkpoints and TensorBoard files), and its watchdog."""
 
     def __init__(self, found: Found | str, run: str, packs: list[RulePack], saved: dict | None = None,
-                 max_metrics: int = 2000, context: dict | None = None) -> None:
+                 max_metrics: int = 2000, context: dict | None = None, settle: float = SETTLE) -> None:
         if isinstance(found, str):  # a single log file
             p = os.path.abspath(found)
             found = Found(p, os.path.dirname(p), p, "file")
         self.found = found
         self.path, self.run = found.key, run
         self.context = dict(context or {})  # labels every alert of this run carries (run_dir, host, url)
-        self.tail = FileTail(found.log, saved["tail"] if saved else None)
+        self.tail = FileTail(found.log, saved["tail"] if saved else None, settle=settle)
         self.kind = log_kind(self.tail.path)
         self.packs = packs
         self.watchdog = Watchdog(packs=packs, run=run)
@@ -127,7 +127,7 @@ class RunMonitor:
             if target is not None and target != self.tail.path:
                 self.tail.switch(target)
                 events.append(f"now following {target}")
-        p = self.tail.poll()
+        p = self.tail.poll(now)
         p.events[:0] = events
         if p.error:
             self.info.parse_errors += 1

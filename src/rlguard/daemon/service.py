@@ -99,10 +99,12 @@ class Daemon:
             name = run_name_for(found.key, taken, name or self.fleet.name(found, labels))
         context = self._context(found, name, labels)
         try:
-            mon = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run, context)
+            mon = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run, context,
+                             self.cfg.settle_after)
         except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
             log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
-            mon, adopted = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context), False
+            mon, adopted = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context,
+                                      self.cfg.settle_after), False
         self.runs[found.key], self.names[name] = mon, found.key
         if adopted and self.dispatcher is not None:
             self.dispatcher.adopt_group(name, group)
@@ -326,7 +328,8 @@ class Daemon:
             for path, mon in list(self.runs.items()):
                 _, run, _, wd_state, info = mon.saved()
                 saved = {"run": run, "tail": mon.tail.state_dict(), "watchdog": wd_state, "info": info}
-                fresh = RunMonitor(mon.found, mon.run, packs, saved, self.cfg.max_metrics_per_run, mon.context)
+                fresh = RunMonitor(mon.found, mon.run, packs, saved, self.cfg.max_metrics_per_run, mon.context,
+                                   self.cfg.settle_after)
                 fresh.pending, fresh.admitted = mon.pending, mon.admitted
                 self.runs[path] = fresh
             self.reloads += 1

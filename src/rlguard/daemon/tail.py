@@ -8,6 +8,11 @@ cursor and decides what is new.
   (or TFRecord) waits until it is complete. Bursts are read in bounded slices (``max_bytes``
   per poll).
 - ``"whole"`` formats are re-read when their signature changes.
+- **A step whose metrics may still be arriving waits.** A format that writes a step's metrics
+  one by one (TensorBoard: one event per scalar) holds its newest step back in the reader's
+  context until a later step appears; the tail releases it once the file has not changed for
+  ``settle`` seconds, or when it moves on to another file. A step is judged once, whole, and
+  the last step of a run that ended is judged ``settle`` seconds after its last write.
 - **Re-reads never replay.** Whenever a log has to be read again from the top - it was
   replaced by rename (a new inode), truncated, rewritten in place (the bytes before the offset
   changed: the first and last 512 bytes already read are checked whenever the file changes),
@@ -32,6 +37,7 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
+import time
 from dataclasses import asdict, dataclass, field, fields
 
 from ..errors import LogFormatError
@@ -41,6 +47,7 @@ from ..sources.base import LogRecord, Reader
 from ..sources.layout import is_location
 
 MAX_BYTES = 64 * 1024 * 1024
+SETTLE = 20.0  # seconds a log must be unchanged before a held step counts as complete
 GZIP_MAGIC = b"\x1f\x8b"
 ANCHOR = 512  # bytes hashed at the start of the file and just before the offset
 
@@ -55,6 +62,7 @@ class TailState:
     context: dict = field(default_factory=dict)  # the reader's own (CSV header, step count...)
     size: int = 0
     mtime: int = 0  # ns
+    changed_at: float = 0.0  # wall time a poll last saw the file change (size, mtime, inode)
     sig: list | None = None  # "whole" formats: signature at the last read
     head: str | None = None  # hash of the first min(offset, ANCHOR) bytes
     anchor: str | None = None  # hash of the min(offset, ANCHOR) bytes before the offset
@@ -97,14 +105,18 @@ def _hash(data: bytes) -> str:
 
 
 class FileTail:
-    def __init__(self, path: str, state: dict | None = None, max_bytes: int = MAX_BYTES) -> None:
+    def __init__(self, path: str, state: dict | None = None, max_bytes: int = MAX_BYTES,
+                 settle: float = SETTLE) -> None:
         state = _migrate(state) if state and "path" not in state else state
         known = {f.name for f in fields(TailState)}
         self.state = TailState(**{k: v for k, v in (state or {}).items() if k in known})
         if self.state.path is None:
             self.state.path = path
         self.max_bytes = max_bytes
+        self.settle = settle
+        self.now = 0.0  # the time of the poll under way
         self._reader: Reader | None = None
+        self._carried: list[LogRecord] = []  # released by switch() from the file it left, for the next poll
         self._held: list[LogRecord] = []  # re-read records not yet proven judged (see _filter)
 
     @property
@@ -116,6 +128,9 @@ class FileTail:
         """Follow ``path`` from now on (a newer checkpoint, a new TensorBoard file): read from
         its top, delivering only what the stream has not judged yet."""
         st = self.state
+        if path != st.path and st.fmt is not None:  # the step held back there is complete now
+            held, st.context = self._reader_for(st.fmt).release(st.context)
+            self._carried += self._deliver(held, Poll(), done=True) if held else []
         self.state = TailState(path=path, fmt=st.fmt if path == st.path else None, reread=st.count > 0,
                                first=st.first, first_step=st.first_step, count=st.count, last=st.last,
                                last_step=st.last_step, resume_floor=st.resume_floor)
@@ -127,8 +142,15 @@ class FileTail:
         self.state.inode = inode
 
     # ------------------------------------------------------------------ polling
-    def poll(self) -> Poll:
-        out = Poll()
+    def poll(self, now: float | None = None) -> Poll:
+        """What the log gained since the last poll (``now``: wall time, for ``settle``)."""
+        self.now = time.time() if now is None else now
+        out = self._poll(Poll())
+        if self._carried:
+            out.records[:0], self._carried = self._carried, []
+        return out
+
+    def _poll(self, out: Poll) -> Poll:
         st = self.state
         if is_location(st.path):  # not a file (a tracking server's run): its reader tells changes
             return self._poll_location(out)
@@ -184,7 +206,10 @@ class FileTail:
         st = self.state
         same = (info.st_ino == st.inode and info.st_size == st.size and info.st_mtime_ns == st.mtime
                 and not st.missing)
+        if not same:
+            st.changed_at = self.now
         if same and not st.more:
+            out.records = self._release_if_settled(reader, info, out)
             return
         drained: list[LogRecord] = []
         if st.missing:
@@ -221,7 +246,7 @@ class FileTail:
         prev, data = data[:k], data[k:]
         st.more = len(data) >= self.max_bytes
         if not data:
-            out.records = drained
+            out.records = drained + self._release_if_settled(reader, info, out)
             return
         got = reader.read_appended(data, st.path, st.line + 1, st.context)
         if got.consumed == 0:
@@ -264,6 +289,8 @@ class FileTail:
         if k and _hash(data[:k]) != st.anchor:
             return []
         got = reader.read_appended(data[k:], old, st.line + 1, st.context)
+        held, got.context = reader.release(got.context)  # nothing more will come to that file
+        got.records += held
         if not got.records:
             return []
         out.events.append(f"read {len(got.records)} record(s) appended to {os.path.basename(old)} before "
@@ -271,6 +298,14 @@ class FileTail:
         out.bad += got.bad
         st.context = got.context
         return self._deliver(got.records, out, done=True)
+
+    def _release_if_settled(self, reader: Reader, info: os.stat_result, out: Poll) -> list[LogRecord]:
+        """The step held back, once the file has not changed for ``settle`` seconds."""
+        st = self.state
+        if self.now - st.changed_at < self.settle:
+            return []
+        held, st.context = reader.release(st.context)
+        return self._deliver(held, out, done=not st.more and st.offset >= info.st_size) if held else []
 
     def _poll_location(self, out: Poll) -> Poll:
         try:

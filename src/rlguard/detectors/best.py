@@ -16,11 +16,13 @@ from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register, robust_
 
 @register
 class Patience(Detector):
+    """No improvement for ``patience`` evaluations, tracking the best (a plateau)."""
+
     name = "patience"
     ref_is_best = True
 
     class Params(Params):
-        mode: Literal["max", "min"]
+        mode: Literal["max", "min"] = Field(description="max: higher is better; min: lower is better")
         patience: int = Field(ge=1, description="samples without improvement to fire")
         min_delta: float = Field(0.0, ge=0, description="absolute improvement that counts")
         min_rel_delta: float = Field(0.0, ge=0, description="relative improvement that counts")
@@ -72,13 +74,15 @@ def _eval_noise(hist: np.ndarray) -> float:
 
 @register
 class Baseline(Detector):
+    """An evaluation metric worse than a baseline by more than its noise (a regression)."""
+
     name = "baseline"
 
     class Params(Params):
         mode: Literal["max", "min"] = Field(description="max: higher is better")
         baseline: float | None = Field(None, description="None: the first evaluation of the run")
         min_rel_gap: float = Field(0.02, ge=0, description="gap below baseline, relative to it")
-        min_abs_gap: float = Field(0.0, ge=0)
+        min_abs_gap: float = Field(0.0, ge=0, description="and at least this gap, in the metric's units")
         noise_k: float = Field(2.0, ge=0, description=(
             "and at least k noise sigmas of the gap (from >= 5 evals): an evaluation's noise, "
             "times sqrt(2) where the baseline is the first evaluation, itself as noisy"))

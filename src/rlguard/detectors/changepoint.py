@@ -24,6 +24,9 @@ from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep
 
 @register
 class ChangePoint(Detector):
+    """A new level: a cheap online screen (a two-window mean shift in noise units) trips, then
+    ruptures (KernelCPD, l2) confirms and locates the change on a bounded window."""
+
     name = "changepoint"
 
     class Params(Params):
@@ -34,7 +37,7 @@ class ChangePoint(Detector):
         min_rel_shift: float = Field(0.2, ge=0, description="shift of medians relative to |level before|")
         min_sigma: float = Field(5.0, ge=0, description="shift of medians in standard errors")
         rel_floor: float = Field(0.01, ge=0, description="noise floor as a fraction of |level|")
-        direction: Literal["up", "down", "both"] = "both"
+        direction: Literal["up", "down", "both"] = Field("both", description="the shift judged: up, down or either")
         autocorr: bool = Field(False, description=(
             "count slow wander in the standard error: a level that drifts (AR(1), phi near 1) "
             "has far fewer independent samples than records, so the error of its median grows "

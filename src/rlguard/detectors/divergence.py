@@ -19,6 +19,9 @@ from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register, robust_
 
 @register
 class Divergence(Detector):
+    """A validation metric above its best for N evaluations, beyond its noise, while the
+    training metric (``with_metric``) kept improving beyond its own."""
+
     name = "divergence"
     ref_is_best = True
     companion_param = "with_metric"
@@ -26,7 +29,7 @@ class Divergence(Detector):
     class Params(Params):
         with_metric: str = Field(description="the metric that keeps improving (e.g. train_loss)")
         smooth: int = Field(5, ge=1, description="companion: mean of its last N samples")
-        min_evals_above_best: int = Field(2, ge=1)
+        min_evals_above_best: int = Field(2, ge=1, description="evaluations in a row above the best to fire")
         min_rise: float = Field(0.01, ge=0, description="rise above best, relative to |best|")
         noise_k: float = Field(3.0, ge=0, description="rise must also exceed k eval-noise sigmas")
         min_fall: float = Field(0.0, ge=0, description="companion fall since the best, relative")

@@ -27,12 +27,14 @@ from .simple import Condition, compare
 
 @register
 class Streak(Detector):
+    """A run of records meeting a condition that is improbable under the run's own base rate."""
+
     name = "streak"
 
     class Params(Condition):
         alpha: float = Field(5e-4, gt=0, lt=1, description="fires when base_rate**streak <= alpha")
-        prior_hits: float = Field(0.5, ge=0, description="prior: hits...")
-        prior_n: float = Field(7.0, gt=0, description="...in this many samples")
+        prior_hits: float = Field(0.5, ge=0, description="prior of the base rate: this many hits in prior_n samples")
+        prior_n: float = Field(7.0, gt=0, description="prior of the base rate: samples that prior_hits is out of")
         min_streak: int = Field(1, ge=1, description="never fire on fewer samples in a row")
 
     def __init__(self, params) -> None:
@@ -78,6 +80,8 @@ class Streak(Detector):
 
 @register
 class Share(Detector):
+    """A large share of a run's first records met a condition (no signal from the start)."""
+
     name = "share"
 
     class Params(Condition):
@@ -116,6 +120,8 @@ class Share(Detector):
 
 @register
 class NullMean(Detector):
+    """A signed estimate averages zero within its standard error, with both signs (k1 KL)."""
+
     name = "null_mean"
 
     class Params(Params):

@@ -34,6 +34,8 @@ from .simple import compare
 
 @register
 class DropFromPeak(Detector):
+    """The value fell to a fraction of its running peak (a collapsing KL coefficient)."""
+
     name = "drop_from_peak"
 
     class Params(Params):
@@ -117,6 +119,9 @@ class _Early(_Rolling):
 
 @register
 class Collapse(_Rolling):
+    """The rolling median fell to a fraction of its highest rolling median (entropy, KL, reward
+    spread, length)."""
+
     name = "collapse"
 
     class Params(Params):
@@ -217,6 +222,8 @@ class Collapse(_Rolling):
 
 @register
 class Growth(_Rolling):
+    """The rolling median grew to k times a lagged baseline window (an exponential run-away)."""
+
     name = "growth"
 
     class Params(Params):
@@ -297,13 +304,15 @@ class Growth(_Rolling):
 
 @register
 class Saturation(_Early):
+    """The rolling median reached a bound that the early level was well below (truncation)."""
+
     name = "saturation"
 
     class Params(Params):
         level: float = Field(description="fires when the rolling median reaches this value")
-        window: int = Field(5, ge=1)
+        window: int = Field(5, ge=1, description="rolling median of the last N samples (the level)")
         ref_window: int = Field(10, ge=1, description="the first N samples define the early level")
-        max_initial: float = Field(description="...which must have been below this")
+        max_initial: float = Field(description="the early level must have been below this")
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -514,7 +523,7 @@ class Drift(_Early):
     class Params(Params):
         window: int = Field(5, ge=1, description="rolling median of the last N samples (the level)")
         ref_window: int = Field(5, ge=1, description="the first N samples define the start")
-        direction: Literal["up", "down"] = "down"
+        direction: Literal["up", "down"] = Field("down", description="the move judged: up or down from the start")
         min_delta: float = Field(0.0, ge=0, description="move from the start, in the metric's units")
         min_factor: float = Field(1.0, ge=1, description="|level| >= min_factor * |start|")
 
@@ -553,10 +562,10 @@ class Trend(_Rolling):
 
     class Params(Params):
         window: int = Field(10, ge=4, description="samples the test looks at")
-        min_history: int = Field(6, ge=4)
+        min_history: int = Field(6, ge=4, description="samples the test needs before judging")
         z: float = Field(3.0, gt=0, description="Mann-Kendall z-score in the watched direction")
         min_rel_change: float = Field(0.3, ge=0, description="move over the window / |median|")
-        direction: Literal["up", "down"] = "down"
+        direction: Literal["up", "down"] = Field("down", description="the move judged: up or down")
         max_records: int = Field(30, ge=4, description="judge only the first N samples of the run")
 
     def scan(self, chunk: Chunk) -> Scan:

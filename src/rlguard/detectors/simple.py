@@ -62,8 +62,8 @@ def compare(level: np.ndarray, quantum: float, above: float | None, below: float
 class Condition(Params):
     """The condition a sample meets: above or below a bound (exactly one)."""
 
-    above: float | None = None
-    below: float | None = None
+    above: float | None = Field(None, description="a sample meets the condition above this bound (give above or below)")
+    below: float | None = Field(None, description="a sample meets the condition below this bound (give above or below)")
 
     @model_validator(mode="after")
     def _one_bound(self):
@@ -86,8 +86,8 @@ class Threshold(Detector):
     name = "threshold"
 
     class Params(Condition):
-        window: int = 1
-        statistic: Literal["median", "mean"] = "median"
+        window: int = Field(1, description="judge the rolling statistic of the last N samples (1: the value itself)")
+        statistic: Literal["median", "mean"] = Field("median", description="the rolling statistic of window")
         fractional_only: bool = Field(False, description=(
             "no opinion until a value strictly between 0 and 1 has been seen: a fraction over "
             "one item per record (one GRPO group per step) is 0 or 1, and a median of such "

@@ -23,6 +23,8 @@ from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, kee
 
 @register
 class Spike(Detector):
+    """A robust z-score (the rolling median and MAD of the window before, floored) above z."""
+
     name = "spike"
 
     class Params(Params):
@@ -31,7 +33,7 @@ class Spike(Detector):
         z: float = Field(8.0, gt=0, description="robust z-score (MAD units) to count as a spike")
         min_ratio: float | None = Field(None, gt=1, description="and value >= ratio * |median| (positive metrics)")
         rel_floor: float = Field(0.05, ge=0, description="noise floor as a fraction of |median|")
-        direction: Literal["up", "down", "both"] = "up"
+        direction: Literal["up", "down", "both"] = Field("up", description="spikes judged: up, down or either")
         refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
         min_abs_delta: float = Field(0.0, ge=0, description="and |value - median| at least this")
         over_max: float | None = Field(None, gt=0, description=(

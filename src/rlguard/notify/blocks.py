@@ -19,8 +19,10 @@ from typing import Any
 
 from ..alerts import Alert
 from ..incidents import kind_words, rules_of, summary
+from ..keep import before_incident
 from ..render import by_incident
 from ..render import hints as rule_hints
+from ..verdict import onset_of
 from .message import Message, action_rank, severity_rank
 
 MAX_TEXT = 3000
@@ -96,7 +98,7 @@ def action_text(alert: Alert) -> str:
         return "stop request not acknowledged: check that the run has the rlguard callback"
     if alert.action == "stop":
         ckpt = alert.checkpoint_step  # a best evaluation inside the incident is no checkpoint to keep
-        ok = ckpt is not None and ckpt < _onset(alert)
+        ok = before_incident(ckpt, onset_of(alert))
         keep = f"; checkpoint to keep: step {ckpt}" if ok else ""
         stop = alert.labels.get("stop")
         if stop == "requested":  # the daemon wrote a stop request; the run has not stopped yet
@@ -111,11 +113,6 @@ def action_text(alert: Alert) -> str:
     if alert.action == "alert":
         return "alert only; the run continues"
     return str(alert.action)
-
-
-def _onset(alert: Alert) -> int:
-    inc = alert.incident
-    return inc["started"] if isinstance(inc, dict) and isinstance(inc.get("started"), int) else alert.step
 
 
 def _field(label: str, value: object) -> dict[str, str]:

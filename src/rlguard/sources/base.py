@@ -125,6 +125,13 @@ class Reader(ABC):
         return Appended(records, len(chunk), chunk.count(b"\n"), self.stats.bad_lines + self.stats.bad_values,
                         self.context())
 
+    def release(self, context: dict) -> tuple[list[LogRecord], dict]:
+        """The record a follower was holding back in ``context`` (a step whose metrics may still
+        be arriving, see :mod:`rlguard.sources.tensorboard`), now taken as complete: the log
+        has been quiet, or the follower moves on to another file. Returns (records, context).
+        Formats that write a record in one piece hold nothing (the default)."""
+        return [], context
+
     def resume(self, context: dict) -> None:
         """Take up the context saved by :meth:`context` (for formats that need one)."""
 

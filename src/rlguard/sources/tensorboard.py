@@ -8,6 +8,11 @@ what ``tf.summary.scalar`` writes: float/double in ``float_val``/``double_val`` 
 ``tensor_content``). Histograms, images, text and graphs are skipped.
 
 Writers emit one event per scalar; consecutive events of the same step become one record.
+**Following a growing file** (the daemon), the newest step may be only partly written (the
+writer's buffer reached the disk in the middle of a step), so it is held back in the reader's
+context until a later step appears, where its scalars are joined with any that came since;
+the follower releases it once the file has been quiet (:meth:`Reader.release`). A step is thus
+judged once, with all the scalars written together for it, and none is lost when a run ends.
 ``line`` is the number of the TFRecord in the file. A truncated last record (a run still
 writing) is dropped and noted; a corrupt length stops reading with a warning, keeping what
 came before. CRCs are not verified (they guard against disk corruption, which the length and
@@ -43,11 +48,43 @@ class TensorBoardReader(Reader):
 
 
     def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
-        """Complete TFRecords at the start of ``data``; a record being written waits."""
+        """Complete TFRecords at the start of ``data``; a record being written waits, and so
+        does the newest step (held in the context: more of its scalars may follow)."""
         self.tailing, self.first_record = True, first_unit - 1
         records = list(self.records(MemoryLog(data, path)))
         units = self.stats.lines - (1 if self.consumed < len(data) else 0)
+        held, context = _unhold(context)
+        if held is not None:
+            records = _rejoin(held, records)
+        if records:
+            last = records.pop()
+            context[_HELD] = [last.step, last.metrics, last.line]
         return Appended(records, self.consumed, max(units, 0), self.stats.bad_lines, context)
+
+    def release(self, context: dict) -> tuple[list[LogRecord], dict]:
+        held, context = _unhold(context)
+        return ([held] if held is not None else []), context
+
+
+_HELD = "held"  # the newest step of a growing file: [step, {tag: value}, record number]
+
+
+def _unhold(context: dict) -> tuple[LogRecord | None, dict]:
+    """The held step (or None) and the context without it."""
+    rest = {k: v for k, v in context.items() if k != _HELD}
+    held = context.get(_HELD)
+    if not (isinstance(held, list) and len(held) == 3 and isinstance(held[1], dict)):
+        return None, rest
+    return LogRecord(int(held[0]), {str(k): float(v) for k, v in held[1].items()}, int(held[2])), rest
+
+
+def _rejoin(held: LogRecord, records: list[LogRecord]) -> list[LogRecord]:
+    """The held step before the records read since; joined with the first of them when that
+    is the rest of the same step (later values of a tag win, as within one read)."""
+    if records and records[0].step == held.step:
+        records[0] = LogRecord(held.step, {**held.metrics, **records[0].metrics}, held.line)
+        return records
+    return [held, *records]
 
 
 def _events(f: IO[bytes], stats: ReadStats, reader=None) -> Iterator[tuple[int, int, dict[str, float]]]:
