@@ -18,12 +18,12 @@ import numpy as np
 
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
-from .detectors.base import robust_sigma_of_diffs
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
 from .incidents import Incidents, in_incident
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
+from .stats import robust_sigma_of_diffs
 from .vocab import Vocabulary
 
 STATE_VERSION = 2  # 2: the run's incidents (a version-1 state loads with none open)
