@@ -86,6 +86,7 @@ class Watchdog:
         self.alerts: list[Alert] = []  # every firing and resolution, in order
         self.stop_decision: Decision | None = None
         self._prev: LogRecord | None = None
+        self._dense: dict[str, list[int]] = {}  # per metric, seq of its last 3 real values (null rule)
         self._watched = {m for r in self.rules for m in r.metrics if m != ANY_METRIC}
         # rules on ``metrics: ["*"]`` watch every metric that no other rule of theirs names
         self._wild = {r.id: self._named_by_kind(r) for r in self.rules if ANY_METRIC in r.metrics}
@@ -107,7 +108,8 @@ class Watchdog:
         recs = records if isinstance(records, list) else list(records)
         if not recs:
             return []
-        chunk = columnize(recs, self.naming, self.seq, self._prev, self.vocab.summary_markers)
+        chunk = columnize(recs, self.naming, self.seq, self._prev, self.vocab.summary_markers,
+                          self._dense)
         self.seq += len(recs)
         self.summaries += chunk.summaries
         self.duplicates += chunk.duplicates
@@ -323,6 +325,7 @@ class Watchdog:
             "alerts": [a.to_dict() for a in self.alerts[-1000:]],
             "stop": None if self.stop_decision is None else self.stop_decision.to_dict(),
             "prev": None if self._prev is None else [self._prev.step, self._prev.metrics],
+            "dense": self._dense,
             "finite_seen": sorted(self._finite_seen),
             "incidents": self.incidents.state_dict(),
         }
@@ -355,6 +358,7 @@ class Watchdog:
                                               Alert.from_dict(st["alert"]) if st.get("alert") else None,
                                               st.get("kind", ""))
             self._finite_seen = set(s.get("finite_seen", []))
+            self._dense = {str(k): [int(x) for x in v][-3:] for k, v in (s.get("dense") or {}).items()}
             if s.get("prev"):
                 self._prev = LogRecord(int(s["prev"][0]), dict(s["prev"][1]), 0)
             self.incidents = Incidents()
