@@ -91,6 +91,7 @@ class Watchdog:
         # rules on ``metrics: ["*"]`` watch every metric that no other rule of theirs names
         self._wild = {r.id: self._named_by_kind(r) for r in self.rules if ANY_METRIC in r.metrics}
         self._wild_rules = [r for r in self.rules if r.id in self._wild]  # all a metric no rule names meets
+        self._rules_for: dict[str, list[Rule]] = {}  # per watched metric: the rules naming it, and the wildcards
         self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._needed = _needed(self.rules)
@@ -148,7 +149,12 @@ class Watchdog:
     # ------------------------------------------------------------------ evaluation
     def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list,
                          new_alerts: list) -> None:
-        for rule in self.rules if name in self._watched else self._wild_rules:
+        rules = self._wild_rules
+        if name in self._watched:
+            rules = self._rules_for.get(name)
+            if rules is None:
+                rules = self._rules_for[name] = [r for r in self.rules if name in r.metrics or r.id in self._wild]
+        for rule in rules:
             if name not in rule.metrics and not self._wild_applies(rule, name, col):
                 continue
             inst = self.instances.get(f"{rule.id}|{name}")

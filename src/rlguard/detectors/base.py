@@ -20,7 +20,8 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from ..stats import median_rows, robust_sigma_of_diffs, rolling_median, upper_median  # noqa: F401 (re-exported)
+from ..stats import (median_rows, robust_sigma_of_diffs, rolling_median, upper_median,  # noqa: F401 (re-exported)
+                     windows)
 
 TRIGGERED, FINE, UNKNOWN = 1, 0, -1
 
@@ -134,17 +135,6 @@ def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) 
     if j < last:
         out[j:] = np.mean(windows(x[start + j - w + 1:], w), axis=1)
     return out
-
-
-def windows(x: np.ndarray, w: int) -> np.ndarray:
-    """Read-only view of every window of ``w`` consecutive values of a 1-D array (as numpy's
-    ``sliding_window_view``, without its per-call checks: online chunks call this thousands
-    of times a second)."""
-    x = np.ascontiguousarray(x)
-    n = x.shape[0] - w + 1
-    if n <= 0:
-        return np.empty((0, w), dtype=x.dtype)
-    return np.lib.stride_tricks.as_strided(x, shape=(n, w), strides=(x.strides[0], x.strides[0]), writeable=False)
 
 
 def extend_tail(tail: list[float], values: np.ndarray) -> np.ndarray:

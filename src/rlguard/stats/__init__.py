@@ -16,12 +16,12 @@ one; and it would add a compiled dependency (and its own transitive ones) to a m
 that keeps to numpy, pydantic and PyYAML. The per-update cost of the incremental forms here
 matches River's (a binary search into a sorted window; O(1) for EW statistics).
 """
-from .order import RollingMedian, median_rows, rolling_median, upper_median, upper_median_rows
+from .order import RollingMedian, median_rows, rolling_median, upper_median, upper_median_rows, windows
 from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, mad_sigma, robust_sigma_of_diffs,
                      robust_sigma_of_diffs_rows)
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
 
 __all__ = ["RollingMedian", "median_rows", "rolling_median", "upper_median", "upper_median_rows",
            "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "mad_sigma", "robust_sigma_of_diffs",
-           "robust_sigma_of_diffs_rows", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak",
+           "robust_sigma_of_diffs_rows", "windows", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak",
            "streaks"]

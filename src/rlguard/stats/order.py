@@ -112,13 +112,18 @@ def upper_median_rows(view: np.ndarray) -> np.ndarray:
     return np.array(cols[k], dtype=view.dtype, copy=True)
 
 
-def _windows(x: np.ndarray, w: int) -> np.ndarray:
+def windows(x: np.ndarray, w: int) -> np.ndarray:
+    """Read-only view of every window of ``w`` consecutive values of a 1-D array (as numpy's
+    ``sliding_window_view``, without its per-call checks: online chunks call this thousands of
+    times a second, and ``as_strided`` alone costs more than the work on a one-record chunk)."""
     x = np.ascontiguousarray(x)
     n = x.shape[0] - w + 1
     if n <= 0:
         return np.empty((0, w), dtype=x.dtype)
-    s = x.strides[0]
-    return np.lib.stride_tricks.as_strided(x, shape=(n, w), strides=(s, s), writeable=False)
+    s = x.itemsize
+    view = np.ndarray((n, w), dtype=x.dtype, buffer=x, strides=(s, s))
+    view.flags.writeable = False
+    return view
 
 
 def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray:
@@ -135,7 +140,7 @@ def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray
         j += 1
     if j < last:
         lo = start + j - w + 1
-        out[j:] = upper_median_rows(_windows(x[lo:], w))
+        out[j:] = upper_median_rows(windows(x[lo:], w))
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .order import median_rows
+from .order import median_rows, windows
 
 #: MAD -> standard deviation for normal data
 MAD_TO_SIGMA = 1.4826
@@ -109,7 +109,7 @@ def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
         sel = np.flatnonzero(m == mm)
         starts = last_block[sel] - mm
         if len(sel) > 1 and np.all(np.diff(starts) == 1):
-            view = _windows(means[starts[0]: starts[-1] + mm], mm)
+            view = windows(means[starts[0]: starts[-1] + mm], mm)
         else:
             view = means[starts[:, None] + np.arange(mm)]
         sig[sel] = robust_sigma_of_diffs_rows(view)
@@ -119,10 +119,3 @@ def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
         return out, sigma
     out[j:] = sig[np.arange(n - j) // w]
     return out, float(sig[-1])
-
-
-def _windows(x: np.ndarray, w: int) -> np.ndarray:
-    x = np.ascontiguousarray(x)
-    s = x.strides[0]
-    return np.lib.stride_tricks.as_strided(x, shape=(x.shape[0] - w + 1, w), strides=(s, s),
-                                           writeable=False)
