@@ -90,7 +90,8 @@ class Chunked:
 
 
 def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogRecord | None = None,
-              summary_markers: frozenset[str] = frozenset()) -> Chunked:
+              summary_markers: frozenset[str] = frozenset(),
+              dense: dict[str, list[int]] | None = None) -> Chunked:
     """Columns of the chunk, keyed by output name (canonical where known, else raw).
 
     Records are grouped by key set; a group whose keys include a summary marker is skipped,
@@ -148,7 +149,14 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
             vals = np.concatenate([p[1] for p in plist])
             order = np.argsort(idx, kind="stable")
             idx, vals = idx[order], vals[order]
-        idx, vals = _resolve_nulls(idx, vals)
+        before = None
+        if dense is not None:  # the metric's last real values before this chunk count as records before
+            held = dense.get(name)
+            before = np.asarray(held, dtype=np.int64) - seq0 if held else None
+            nonnull = idx[vals.view(np.uint64) != NULL_BITS][-3:] + seq0
+            if len(nonnull):
+                dense[name] = ((held or []) + nonnull.tolist())[-3:]
+        idx, vals = _resolve_nulls(idx, vals, before)
         if idx.size == 0:
             continue  # nothing logged yet: not a column of this chunk
         out.columns[name] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(name, 0.0))
@@ -156,15 +164,20 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
     return out
 
 
-def _resolve_nulls(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _resolve_nulls(idx: np.ndarray, vals: np.ndarray,
+                   before: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """A JSON ``null`` is NaN where the metric is dense (a real value in each of the 3 records
-    just before it) and "not logged" where it is sparse; see ``NULL_NAN``."""
+    just before it) and "not logged" where it is sparse; see ``NULL_NAN``. ``before``: the
+    positions (relative to this chunk, so negative) of the metric's last real values in earlier
+    chunks, so a log fed one record at a time reads a null as a whole log read at once does."""
     if not np.isnan(vals).any():
         return idx, vals
     null = vals.view(np.uint64) == NULL_BITS
     if not null.any():
         return idx, vals
     real = idx[~null]
+    if before is not None and len(before):
+        real = np.concatenate([before, real])
     if real.size == 0:  # null in every record so far (an export whose eval columns are still empty)
         return idx[:0], vals[:0]
     at = idx[null]

@@ -19,6 +19,7 @@ import numpy as np
 from .columns import Column
 from .detectors import DETECTORS, FINE, UNKNOWN, Chunk, Detector
 from .rulespec import Guard, Rule
+from .stats import mad_sigma
 
 
 @dataclass
@@ -235,7 +236,7 @@ def _same_record_spike(z: float, seq: np.ndarray, sseq: np.ndarray, svals: np.nd
         if len(prev) < min_history:
             continue
         med = float(np.median(prev))
-        scale = max(1.4826 * float(np.median(np.abs(prev - med))), 0.05 * abs(med), 1e-12)
+        scale = max(mad_sigma(prev, med), 0.05 * abs(med), 1e-12)
         # and clear of everything the window held (a metric that is still trending up, as KL
         # does early in a run, sets a new maximum every record, but only by a little)
         out[j] = (svals[k] - med) / scale >= z and svals[k] - prev.max() >= 3.0 * scale

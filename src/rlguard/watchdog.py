@@ -19,7 +19,6 @@ import numpy as np
 from . import coverage
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
-from .detectors.base import robust_sigma_of_diffs
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
 from .incidents import Incidents, in_incident
@@ -27,6 +26,7 @@ from .keep import before_incident
 from .verdict import onset_of
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
+from .stats import robust_sigma_of_diffs
 from .vocab import Vocabulary
 
 STATE_VERSION = 2  # 2: the run's incidents (a version-1 state loads with none open)
@@ -89,10 +89,12 @@ class Watchdog:
         self.alerts: list[Alert] = []  # every firing and resolution, in order
         self.stop_decision: Decision | None = None
         self._prev: LogRecord | None = None
+        self._dense: dict[str, list[int]] = {}  # per metric, seq of its last 3 real values (null rule)
         self._watched = {m for r in self.rules for m in r.metrics if m != ANY_METRIC}
         # rules on ``metrics: ["*"]`` watch every metric that no other rule of theirs names
         self._wild = {r.id: self._named_by_kind(r) for r in self.rules if ANY_METRIC in r.metrics}
         self._wild_rules = [r for r in self.rules if r.id in self._wild]  # all a metric no rule names meets
+        self._rules_for: dict[str, list[Rule]] = {}  # per watched metric: the rules naming it, and the wildcards
         self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._needed = _needed(self.rules)
@@ -110,7 +112,8 @@ class Watchdog:
         recs = records if isinstance(records, list) else list(records)
         if not recs:
             return []
-        chunk = columnize(recs, self.naming, self.seq, self._prev, self.vocab.summary_markers)
+        chunk = columnize(recs, self.naming, self.seq, self._prev, self.vocab.summary_markers,
+                          self._dense)
         self.seq += len(recs)
         self.summaries += chunk.summaries
         self.duplicates += chunk.duplicates
@@ -151,7 +154,12 @@ class Watchdog:
     # ------------------------------------------------------------------ evaluation
     def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list,
                          new_alerts: list) -> None:
-        for rule in self.rules if name in self._watched else self._wild_rules:
+        rules = self._wild_rules
+        if name in self._watched:
+            rules = self._rules_for.get(name)
+            if rules is None:
+                rules = self._rules_for[name] = [r for r in self.rules if name in r.metrics or r.id in self._wild]
+        for rule in rules:
             if name not in rule.metrics and not self._wild_applies(rule, name, col):
                 continue
             inst = self.instances.get(f"{rule.id}|{name}")
@@ -327,6 +335,7 @@ class Watchdog:
             "alerts": [a.to_dict() for a in self.alerts[-1000:]],
             "stop": None if self.stop_decision is None else self.stop_decision.to_dict(),
             "prev": None if self._prev is None else [self._prev.step, self._prev.metrics],
+            "dense": self._dense,
             "finite_seen": sorted(self._finite_seen),
             "incidents": self.incidents.state_dict(),
         }
@@ -359,6 +368,7 @@ class Watchdog:
                                               Alert.from_dict(st["alert"]) if st.get("alert") else None,
                                               st.get("kind", ""))
             self._finite_seen = set(s.get("finite_seen", []))
+            self._dense = {str(k): [int(x) for x in v][-3:] for k, v in (s.get("dense") or {}).items()}
             if s.get("prev"):
                 self._prev = LogRecord(int(s["prev"][0]), dict(s["prev"][1]), 0)
             self.incidents = Incidents()

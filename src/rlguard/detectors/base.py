@@ -20,6 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
+from ..stats import (median_rows, robust_sigma_of_diffs, rolling_median, upper_median,  # noqa: F401 (re-exported)
+                     windows)
+
 TRIGGERED, FINE, UNKNOWN = 1, 0, -1
 
 
@@ -94,24 +97,7 @@ def register(cls: type[Detector]) -> type[Detector]:
 
 
 # ---------------------------------------------------------------- shared numeric helpers
-
-def upper_median(x: np.ndarray, axis: int = -1) -> np.ndarray:
-    """The median; for an even count, the upper of the two middle values (a real sample, and
-    what a rank filter computes)."""
-    k = x.shape[axis] // 2
-    return np.partition(x, k, axis=axis).take(k, axis=axis)
-
-
-def median_rows(view: np.ndarray) -> np.ndarray:
-    """``np.median(view, axis=1)`` for finite rows, bit for bit, through one partition (numpy's
-    median adds NaN checks and a mean call that cost more than the work on 30-sample windows)."""
-    w = view.shape[1]
-    k = w // 2
-    if w % 2:
-        return np.partition(view, k, axis=1)[:, k]
-    part = np.partition(view, [k - 1, k], axis=1)
-    return (part[:, k - 1] + part[:, k]) / 2.0
-
+# (the statistics themselves live in rlguard.stats; these are re-exported for the detectors)
 
 def quantile_rows(view: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
     """``np.quantile(view, qs, axis=1)`` (the default 'linear' method) for finite rows, bit for
@@ -134,41 +120,21 @@ def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) 
     """Statistic of the trailing window of ``w`` values ending at each of the ``last``
     positions of ``x`` (all positions by default); windows are partial at the very start.
 
-    ``median`` is :func:`upper_median`. Long inputs (a replayed log) use scipy's C rank filter,
-    short ones (online updates) numpy; both compute exactly the same values.
-    """
+    ``median`` is :func:`upper_median`, computed by :func:`rlguard.stats.rolling_median`
+    (the same numbers for a replayed log and an online update, without scipy)."""
+    if fn == "median":
+        return rolling_median(x, w, last)
     n = len(x)
     last = n if last is None else min(last, n)
     out = np.empty(last)
-    if last == 0:
-        return out
-    f = upper_median if fn == "median" else np.mean
     start = n - last  # first position wanted
     j = 0
     while start + j < min(w - 1, n) and j < last:  # partial windows
-        out[j] = f(x[: start + j + 1])
+        out[j] = np.mean(x[: start + j + 1])
         j += 1
     if j < last:
-        lo = start + j - w + 1
-        seg = x[lo:]
-        if fn == "median" and len(seg) > 512 and w > 1:
-            from scipy.ndimage import median_filter  # scipy comes with ruptures
-
-            out[j:] = median_filter(seg, size=w, mode="nearest", origin=(w - 1) // 2)[w - 1:]
-        else:
-            out[j:] = f(windows(seg, w), axis=1)
+        out[j:] = np.mean(windows(x[start + j - w + 1:], w), axis=1)
     return out
-
-
-def windows(x: np.ndarray, w: int) -> np.ndarray:
-    """Read-only view of every window of ``w`` consecutive values of a 1-D array (as numpy's
-    ``sliding_window_view``, without its per-call checks: online chunks call this thousands
-    of times a second)."""
-    x = np.ascontiguousarray(x)
-    n = x.shape[0] - w + 1
-    if n <= 0:
-        return np.empty((0, w), dtype=x.dtype)
-    return np.lib.stride_tricks.as_strided(x, shape=(n, w), strides=(x.strides[0], x.strides[0]), writeable=False)
 
 
 def extend_tail(tail: list[float], values: np.ndarray) -> np.ndarray:
@@ -192,12 +158,3 @@ def fmt(x: float | None) -> str:
     if ax != 0 and (ax < 1e-3 or ax >= 1e5):
         return f"{x:.3g}"
     return f"{x:.4g}"
-
-
-def robust_sigma_of_diffs(x: np.ndarray) -> float:
-    """Noise scale of a series from its consecutive differences (robust to trends)."""
-    if len(x) < 3:
-        return float("nan")
-    d = np.diff(x)
-    mad = np.median(np.abs(d - np.median(d)))
-    return float(1.4826 * mad / np.sqrt(2.0))

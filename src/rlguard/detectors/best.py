@@ -11,7 +11,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register, robust_sigma_of_diffs
+from ..stats import robust_sigma_of_diffs
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register
 
 
 @register

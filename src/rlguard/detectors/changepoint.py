@@ -19,6 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from ..stats import mad_sigma
 from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
 
 
@@ -127,8 +128,7 @@ class ChangePoint(Detector):
         pre, post = seg[:b], seg[b:]
         m0, m1 = float(np.median(pre)), float(np.median(post))
         shift = m1 - m0
-        d = np.diff(pre)
-        sigma = max(1.4826 * float(np.median(np.abs(d - np.median(d)))) / np.sqrt(2.0),
+        sigma = max(mad_sigma(np.diff(pre)) / np.sqrt(2.0),
                     p.rel_floor * abs(m0), quantum, 1e-12)
         if p.direction == "up" and shift <= 0 or p.direction == "down" and shift >= 0:
             return None
@@ -178,7 +178,7 @@ def _wander(pre: np.ndarray, sigma: float) -> float:
     spread over the sample-to-sample noise ``sigma`` (1 for white noise), times the
     effective-sample-size factor of its lag-1 autocorrelation."""
     x = pre - np.median(pre)
-    spread = 1.4826 * float(np.median(np.abs(x)))
+    spread = mad_sigma(pre)
     d = x - x.mean()
     den = float(np.dot(d, d))
     rho = float(np.dot(d[1:], d[:-1]) / den) if den > 0 else 0.0

@@ -14,7 +14,8 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register, robust_sigma_of_diffs
+from ..stats import robust_sigma_of_diffs
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register
 
 
 @register

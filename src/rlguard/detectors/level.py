@@ -27,8 +27,9 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from ..stats import block_noise, mad_sigma
 from .base import (TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
-                   robust_sigma_of_diffs, rolling, upper_median, windows)
+                   rolling, upper_median, windows)
 from .simple import compare
 
 
@@ -467,24 +468,8 @@ class GainLoss(_Rolling):
         keeps replay and live use identical), so the noise follows the run's current regime: a
         reward that starts at 0 has no spread until the policy starts solving prompts, and a
         noise held from that calm start would make ordinary bimodal swings look like a slide.
-        NaN until 8 block means exist."""
-        out = np.empty(n)
-        off, w = len(hist) - n, self.p.window
-        j = 0
-        while j < n:
-            if (first + j) % w == 0 or self.sigma is None or not np.isfinite(self.sigma):
-                end = off + j + 1
-                seg = hist[max(0, end - self.p.history): end]
-                m = len(seg) // w
-                if m < 8:
-                    self.sigma = float("nan")
-                else:
-                    means = seg[len(seg) - m * w:].reshape(m, w).mean(axis=1)
-                    self.sigma = robust_sigma_of_diffs(means)
-            # held until the next block boundary (or re-tried at the next sample while unknown)
-            nxt = j + 1 if not np.isfinite(self.sigma) else min(n, j + w - (first + j) % w)
-            out[j:nxt] = self.sigma
-            j = nxt
+        NaN until 8 block means exist. Computed by :func:`rlguard.stats.block_noise`."""
+        out, self.sigma = block_noise(hist, n, first, self.p.window, self.p.history, self.sigma)
         return out
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
@@ -680,7 +665,7 @@ class StepDown(_Rolling):
             trig = (before > 0) & (lv <= p.max_ratio * before)
             for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
                 w = hist[e[i] - span: e[i] - back]
-                spread = float(np.std(w)) if p.noise == "std" else 1.4826 * float(np.median(np.abs(w - before[i])))
+                spread = float(np.std(w)) if p.noise == "std" else mad_sigma(w, before[i])
                 sigma = spread / np.sqrt(p.window)
                 if p.history:
                     past = self._past_sigma(hist, e[i] - span)

@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from ..stats import MAD_TO_SIGMA
 from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, median_rows,
                    quantile_rows, register, windows)
 
@@ -67,7 +68,7 @@ class Spike(Detector):
         have = np.minimum(start, p.window)
         med, mad, top, sd = self._baseline(hist, start, local, have)
         ok = have >= p.min_history
-        spread = 1.4826 * mad
+        spread = MAD_TO_SIGMA * mad
         if p.surrogate == "deciles":
             low = np.minimum.accumulate(np.concatenate([[self.low], chunk.values]))[1:]
             spread = np.where(low < 0, np.maximum(spread, sd), spread)

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from ..detectors.base import robust_sigma_of_diffs
+from ..stats import robust_sigma_of_diffs
 
 
 #: which way is better for each canonical metric: "max", "min", or "none" (no "best" at all:

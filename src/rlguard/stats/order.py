@@ -1,0 +1,222 @@
+"""Order statistics over a trailing window: the rolling (upper) median.
+
+The *upper median* of ``w`` values is the value of rank ``w // 2`` (0-based) in sorted order:
+the median for odd ``w``, the upper of the two middle values for even ``w``. It is always a
+real sample, so every exact method returns the same number, bit for bit.
+
+- :func:`rolling_median` (batch): the upper median of the window ending at each position.
+  Small windows (``w <= 16``, every window the default pack uses) go through a selection
+  network, vectorised column by column (a few dozen ``np.minimum``/``np.maximum`` over the
+  whole series); larger ones through one ``np.partition`` of the window view. No scipy.
+- :class:`RollingMedian` (incremental): a sorted copy of the window kept by binary search;
+  an update is one ``bisect`` insert and one removal (O(log w) comparisons, a memmove of at
+  most ``w`` pointers), a median read is O(1).
+"""
+from __future__ import annotations
+
+import bisect
+from collections import deque
+from functools import lru_cache
+
+import numpy as np
+
+#: largest window sent through the selection network (beyond it, one partition is cheaper)
+NETWORK_MAX = 16
+
+
+def upper_median(x: np.ndarray, axis: int = -1) -> np.ndarray:
+    """The median; for an even count, the upper of the two middle values (a real sample, and
+    what a rank filter computes)."""
+    k = x.shape[axis] // 2
+    return np.partition(x, k, axis=axis).take(k, axis=axis)
+
+
+def median_rows(view: np.ndarray) -> np.ndarray:
+    """``np.median(view, axis=1)`` for finite rows, bit for bit, through one partition (numpy's
+    median adds NaN checks and a mean call that cost more than the work on 30-sample windows)."""
+    w = view.shape[1]
+    k = w // 2
+    if w % 2:
+        return np.partition(view, k, axis=1)[:, k]
+    part = np.partition(view, [k - 1, k], axis=1)
+    return (part[:, k - 1] + part[:, k]) / 2.0
+
+
+def _batcher(lo: int, hi: int):
+    """Comparators of Batcher's odd-even merge sort of wires ``lo..hi`` (inclusive, a power of
+    two wide)."""
+    if hi - lo >= 1:
+        mid = lo + (hi - lo) // 2
+        yield from _batcher(lo, mid)
+        yield from _batcher(mid + 1, hi)
+        yield from _merge(lo, hi, 1)
+
+
+def _merge(lo: int, hi: int, r: int):
+    step = r * 2
+    if step < hi - lo:
+        yield from _merge(lo, hi, step)
+        yield from _merge(lo + r, hi, step)
+        yield from ((i, i + r) for i in range(lo + r, hi - r, step))
+    else:
+        yield (lo, lo + r)
+
+
+@lru_cache(maxsize=None)
+def _selection_network(w: int, k: int) -> tuple[tuple[str, int, int, bool, bool], ...]:
+    """The comparators of a sorting network on ``w`` wires that the value of rank ``k`` depends
+    on. Wires beyond ``w`` (padding to a power of two) hold +inf: a comparator with them is a
+    relabelling, not a computation. Each op: (kind, i, j, keep min, keep max)."""
+    size = 1 << max(1, (w - 1).bit_length())
+    pad = [c >= w for c in range(size)]
+    ops = []
+    for i, j in _batcher(0, size - 1):
+        if pad[i] and pad[j] or pad[j]:
+            continue  # min(real, inf) stays put
+        if pad[i]:
+            ops.append(("swap", i, j))
+            pad[i], pad[j] = False, True
+        else:
+            ops.append(("cmp", i, j))
+    needed, kept = {k}, []
+    for kind, i, j in reversed(ops):
+        if i not in needed and j not in needed:
+            continue
+        if kind == "swap":
+            kept.append((kind, i, j, True, True))
+            needed = {j if c == i else i if c == j else c for c in needed}
+        else:
+            kept.append((kind, i, j, i in needed, j in needed))
+            needed |= {i, j}
+    return tuple(reversed(kept))
+
+
+def upper_median_rows(view: np.ndarray) -> np.ndarray:
+    """:func:`upper_median` of each row of a 2-D array of finite values (``axis=1``)."""
+    rows, w = view.shape
+    k = w // 2
+    if w == 1:
+        return view[:, 0].copy()
+    if w > NETWORK_MAX or rows < 64:
+        return np.partition(view, k, axis=1)[:, k]
+    cols = [view[:, c] for c in range(w)]
+    for kind, i, j, lo, hi in _selection_network(w, k):
+        a, b = cols[i], cols[j]
+        if kind == "swap":
+            cols[i], cols[j] = b, a
+            continue
+        if lo:
+            cols[i] = np.minimum(a, b)
+        if hi:
+            cols[j] = np.maximum(a, b)
+    return np.array(cols[k], dtype=view.dtype, copy=True)
+
+
+def windows(x: np.ndarray, w: int) -> np.ndarray:
+    """Read-only view of every window of ``w`` consecutive values of a 1-D array (as numpy's
+    ``sliding_window_view``, without its per-call checks: online chunks call this thousands of
+    times a second, and ``as_strided`` alone costs more than the work on a one-record chunk)."""
+    x = np.ascontiguousarray(x)
+    n = x.shape[0] - w + 1
+    if n <= 0:
+        return np.empty((0, w), dtype=x.dtype)
+    s = x.itemsize
+    view = np.ndarray((n, w), dtype=x.dtype, buffer=x, strides=(s, s))
+    view.flags.writeable = False
+    return view
+
+
+def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray:
+    """Upper median of the trailing window of ``w`` values ending at each of the ``last``
+    positions of ``x`` (all by default); the windows are partial at the very start."""
+    x = np.asarray(x, dtype=float)
+    n = len(x)
+    last = n if last is None else min(last, n)
+    out = np.empty(last)
+    start = n - last
+    j = 0
+    while j < last and start + j < min(w - 1, n):  # partial windows
+        out[j] = upper_median(x[: start + j + 1])
+        j += 1
+    if j < last:
+        lo = start + j - w + 1
+        out[j:] = upper_median_rows(windows(x[lo:], w))
+    return out
+
+
+class RollingMedian:
+    """The upper median (and numpy's median) of the last ``w`` values, one value at a time.
+
+    ``update(x)`` adds a value (dropping the oldest once ``w`` are held) and returns the upper
+    median of the window, as :func:`rolling_median` gives at that position.
+    """
+
+    __slots__ = ("w", "_fifo", "_sorted")
+
+    def __init__(self, w: int, values=()) -> None:
+        if w < 1:
+            raise ValueError(f"window must be >= 1, got {w}")
+        self.w = w
+        self._fifo: deque[float] = deque()
+        self._sorted: list[float] = []
+        for v in values:
+            self.update(v)
+
+    def __len__(self) -> int:
+        return len(self._fifo)
+
+    def update(self, x: float) -> float:
+        x = float(x)
+        if len(self._fifo) == self.w:
+            old = self._fifo.popleft()
+            del self._sorted[bisect.bisect_left(self._sorted, old)]
+        self._fifo.append(x)
+        bisect.insort(self._sorted, x)
+        return self.upper()
+
+    def upper(self) -> float:
+        """Upper median of the window (NaN when empty)."""
+        s = self._sorted
+        return s[len(s) // 2] if s else float("nan")
+
+    def median(self) -> float:
+        """``np.median`` of the window, bit for bit (the mean of the two middle values for an
+        even count)."""
+        s = self._sorted
+        n = len(s)
+        if not n:
+            return float("nan")
+        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+
+    def mad(self, center: float | None = None) -> float:
+        """``np.median(np.abs(window - center))`` (center: the median), bit for bit, in
+        O(log^2 w) from the sorted window: the k-th smallest distance is found by bisection
+        on the distance, counting on each side of the center."""
+        s = self._sorted
+        n = len(s)
+        if not n:
+            return float("nan")
+        c = self.median() if center is None else float(center)
+        if n % 2:
+            return self._kth_distance(c, n // 2)
+        return (self._kth_distance(c, n // 2 - 1) + self._kth_distance(c, n // 2)) / 2.0
+
+    def _kth_distance(self, c: float, k: int) -> float:
+        """The k-th (0-based) smallest of ``abs(s - c)`` over the sorted window ``s``: the
+        k-th of two ascending runs, ``A[t] = |s[m-1-t] - c|`` (left of the center, read
+        backwards) and ``B[t] = |s[m+t] - c|``, by bisection on how many come from ``A``."""
+        s = self._sorted
+        m = bisect.bisect_left(s, c)
+        la, lb = m, len(s) - m
+        lo, hi = max(0, k + 1 - lb), min(k + 1, la)
+        while lo < hi:  # smallest i with A[i] >= B[k - i]: take i from A, k + 1 - i from B
+            i = (lo + hi) // 2
+            if abs(s[m - 1 - i] - c) >= abs(s[m + k - i] - c):
+                hi = i
+            else:
+                lo = i + 1
+        i = lo
+        best = abs(s[m - i] - c) if i > 0 else -1.0
+        if k - i >= 0:
+            best = max(best, abs(s[m + k - i] - c))
+        return best

@@ -1,0 +1,149 @@
+"""The statistics layer: every incremental form equals its batch form equals a naive numpy
+computation, on random streams (continuous, heavy-tailed, discrete with ties, trending),
+fed whole and in random chunks."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rlguard.stats import (EWStats, RollingMedian, RunningPeak, Streak, block_noise, block_noise_loop,
+                           ewm, mad_sigma, median_rows, robust_sigma_of_diffs,
+                           robust_sigma_of_diffs_rows, rolling_median, running_peak, streaks,
+                           upper_median_rows)
+
+
+def streams(seed: int, n: int):
+    """Named random streams of length ``n``: ties, trends, heavy tails, one constant."""
+    rng = np.random.default_rng(seed)
+    yield "normal", rng.normal(size=n)
+    yield "cauchy", rng.standard_cauchy(size=n)
+    yield "ties", rng.integers(0, 4, size=n).astype(float)
+    yield "walk", rng.normal(size=n).cumsum()
+    yield "constant", np.full(n, 0.25)
+    yield "signed zeros", rng.choice([-1.0, 1.0, 2.0, -2.0], size=n) * rng.integers(0, 2, size=n)
+
+
+def naive_upper_median(x: np.ndarray, w: int) -> np.ndarray:
+    return np.array([np.sort(x[max(0, i - w + 1): i + 1])[len(x[max(0, i - w + 1): i + 1]) // 2]
+                     for i in range(len(x))])
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 4, 5, 7, 10, 16, 17, 30])
+def test_rolling_median_batch_incremental_naive(w):
+    for name, x in streams(w, 400):
+        naive = naive_upper_median(x, w)
+        batch = rolling_median(x, w)
+        inc = RollingMedian(w)
+        online = np.array([inc.update(v) for v in x])
+        assert np.array_equal(batch, naive), (name, w)
+        assert np.array_equal(online, naive), (name, w)
+        for last in (0, 1, w, 37):  # the tail form a detector asks for
+            assert np.array_equal(rolling_median(x, w, last=last), naive[len(x) - min(last, len(x)):])
+
+
+def test_upper_median_rows_network_equals_partition():
+    rng = np.random.default_rng(7)
+    for w in range(1, 17):
+        view = rng.normal(size=(500, w))
+        view[::7] = np.round(view[::7])  # ties
+        want = np.partition(view, w // 2, axis=1)[:, w // 2]
+        assert np.array_equal(upper_median_rows(view), want), w
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 6, 9, 50])
+def test_rolling_median_and_mad_equal_numpy(w):
+    for name, x in streams(100 + w, 300):
+        r = RollingMedian(w)
+        for i, v in enumerate(x):
+            r.update(v)
+            win = x[max(0, i - w + 1): i + 1]
+            med = np.median(win)
+            assert r.median() == med, (name, i)
+            assert r.mad() == np.median(np.abs(win - med)), (name, i)
+            assert r.mad(0.5) == np.median(np.abs(win - 0.5)), (name, i)
+
+
+def test_rolling_median_rejects_an_empty_window():
+    with pytest.raises(ValueError, match="window must be >= 1"):
+        RollingMedian(0)
+    assert np.isnan(RollingMedian(3).upper())
+
+
+def test_robust_sigmas_rows_equal_one_at_a_time():
+    for name, x in streams(3, 3000):
+        view = x[: 30 * 99].reshape(30, 99)
+        rows = robust_sigma_of_diffs_rows(view)
+        one = np.array([robust_sigma_of_diffs(r) for r in view])
+        assert np.array_equal(rows, one, equal_nan=True), name
+        assert np.array_equal(median_rows(view[:, :98]), np.median(view[:, :98], axis=1)), name
+        d = np.diff(x[:50])
+        assert robust_sigma_of_diffs(x[:50]) == 1.4826 * np.median(np.abs(d - np.median(d))) / np.sqrt(2)
+    assert mad_sigma(np.array([1.0, 2.0, 4.0, 100.0])) == 1.4826 * 1.5
+    assert np.isnan(robust_sigma_of_diffs(np.array([1.0, 2.0])))
+
+
+def _replay(fn, x, w, history, chunks):
+    """A detector's use: tail of ``history`` samples + each chunk, state carried."""
+    tail, seen, sigma, outs, i = np.empty(0), 0, None, [], 0
+    for k in chunks:
+        ch = x[i: i + k]
+        hist = np.concatenate([tail, ch])
+        out, sigma = fn(hist, len(ch), seen, w, history, sigma)
+        outs.append(out)
+        seen, tail, i = seen + len(ch), hist[-history:], i + k
+    return np.concatenate(outs)
+
+
+@pytest.mark.parametrize("w,history", [(10, 1000), (2, 20), (5, 41), (7, 300), (3, 23)])
+def test_block_noise_batch_equals_one_estimate_at_a_time(w, history):
+    rng = np.random.default_rng(w * history)
+    for name, x in streams(w + history, 2500):
+        for chunks in ([len(x)], [1] * 600 + [len(x) - 600], list(rng.integers(1, 300, size=40))):
+            want = _replay(block_noise_loop, x, w, history, chunks)
+            got = _replay(block_noise, x, w, history, chunks)
+            assert np.array_equal(got, want, equal_nan=True), (name, chunks[:3])
+    # NaN until 8 block means exist, then known
+    out, _ = block_noise(np.arange(100.0) ** 1.5, 100, 0, 10, 1000, None)
+    assert np.isnan(out[:79]).all() and np.isfinite(out[79:]).all()
+
+
+def test_running_peak_batch_equals_incremental_across_chunks():
+    for name, x in streams(11, 500):
+        rp = RunningPeak()
+        inc = [rp.update(v) for v in x]
+        peak, pos, first, got_p, got_i = -np.inf, -1, 0, [], []
+        for ch in np.array_split(x, [1, 2, 50, 51, 300]):
+            p_, i_ = running_peak(ch, peak, pos, first)
+            got_p += p_.tolist()
+            got_i += i_.tolist()
+            if len(ch):
+                peak, pos, first = float(p_[-1]), int(i_[-1]), first + len(ch)
+        assert got_p == [p for p, _ in inc] and got_i == [i for _, i in inc], name
+        assert got_p == np.maximum.accumulate(x).tolist()
+        assert got_i == [int(np.argmax(x[: k + 1])) for k in range(len(x))]
+
+
+def test_ewm_equals_the_recurrence_and_carries_state():
+    x = np.random.default_rng(5).normal(size=200)
+    m, v = ewm(x, 0.1)
+    mean, var = x[0], 0.0
+    for i in range(1, len(x)):
+        d = x[i] - mean
+        mean, var = mean + 0.1 * d, 0.9 * (var + 0.1 * d * d)
+        assert m[i] == mean and v[i] == var
+    m2, v2 = ewm(x[100:], 0.1, m[99], v[99])
+    assert np.array_equal(m2, m[100:]) and np.array_equal(v2, v[100:])
+    s = EWStats(0.1)
+    assert [s.update(a)[0] for a in x] == m.tolist()
+    with pytest.raises(ValueError, match="alpha"):
+        EWStats(0.0)
+
+
+def test_streaks_batch_equals_incremental():
+    rng = np.random.default_rng(9)
+    c = rng.random(300) < 0.7
+    st = Streak()
+    inc = [st.update(bool(b)) for b in c]
+    assert streaks(c).tolist() == inc
+    assert (streaks(c[150:], inc[149]).tolist() == inc[150:])
+    assert streaks(np.array([True, True, False, True]), 5).tolist() == [6, 7, 0, 1]
