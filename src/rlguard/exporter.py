@@ -13,7 +13,7 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
   run was seen to stop after the request: its stop record), ``rlguard_run_stop_ignored{run}`` (it
   ended or went quiet without acknowledging the request: counted apart from obeyed stops);
 - ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
-- ``rlguard_runs_watched``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
+- ``rlguard_runs_watched``, ``rlguard_runs_retired``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
   ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead);
 - sharding: ``rlguard_shard_info{shard,shards}`` (1), ``rlguard_shards`` (N),
   ``rlguard_runs_other_shards`` (runs found that other shards own), ``rlguard_runs_waiting``
@@ -87,7 +87,10 @@ class RLGuardCollector:
         with d.lock:
             runs, dropped_runs = len(d.runs), d.dropped_runs
             last_poll, reloads = d.last_poll, d.reloads
+            retired = len(getattr(d, "retired", ()))
         yield GaugeMetricFamily("rlguard_runs_watched", "Runs being watched", value=runs)
+        yield GaugeMetricFamily("rlguard_runs_retired", "Runs that ended (or never logged) and are no longer "
+                                "watched until their log changes", value=retired)
         yield CounterMetricFamily("rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)",
                                   value=dropped_runs)
         yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=last_poll)

@@ -47,6 +47,9 @@ class RunInfo:
     stop_summaries: int = 0  # end-of-training summary records seen when the request was written
     incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
     epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
+    ended: str | None = None  # the evidence that the run ended (see .lifecycle)
+    history: bool = False  # found already quiet for longer than stall_after: judged, never acted on
+    retired: list | None = None  # the log's signature when the run was retired (see .lifecycle)
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,8 @@ class RunMonitor:
         self.last_eval = 0.0
         self.tail_saved = self.tail.state_dict()
         self.changed = False
+        self.idle_polls = 0  # polls in a row that read no record
+        self.found_at = time.time()
         self.not_requested: str | None = None  # why the last stop decision wrote no request
 
     @property
@@ -135,6 +140,7 @@ class RunMonitor:
                 log.warning("[%s] %s", self.run, p.error)
             self.info.last_error = p.error
         self.info.parse_errors += p.bad
+        self.idle_polls = 0 if p.records else self.idle_polls + 1
         if p.records:
             self._new_start(p.events)
             self.pending.extend(self._bounded(p.records))

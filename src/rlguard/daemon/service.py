@@ -29,7 +29,7 @@ from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
 from .config import DaemonConfig
 from .fleet import Fleet
-from . import control
+from . import control, lifecycle
 from .actions import stop_run
 from .runs import RunMonitor, run_name_for
 from .store import Store
@@ -47,7 +47,9 @@ class Daemon:
         self.runs: dict[str, RunMonitor] = {}
         self.saved = self.store.load()
         self.dropped_runs = 0
-        self._dropped: set[str] = set()  # runs not watched (max_runs), counted once each
+        self._dropped: set[str] = set()  # runs refused at max_runs (tried again at every scan), logged once each
+        self.retired: dict[str, list] = {}  # run key -> its log's signature (see .lifecycle)
+        self._history_new = 0  # runs found already ended in this scan (see .lifecycle)
         self.finder = Discovery(cfg.watch)
         self.fleet = Fleet(cfg, clock)  # which runs are this shard's, their labels, handing them over
         self.names: dict[str, str] = {}  # run name -> key
@@ -74,8 +76,15 @@ class Daemon:
             self.fleet.begin_scan(self.clock())
             taken = 0
             for found in self.finder.scan():
-                if found.key not in self.runs and self.fleet.place(found) == "mine":
+                if found.key in self.runs or lifecycle.still_retired(self, found):
+                    continue
+                if self.fleet.place(found) == "mine":
                     taken += self._watch(found)
+            if self._history_new:
+                log.warning("%d run(s) found whose logs were already quiet for over %g s: judged for the record only "
+                            "(/status, /metrics): no stop request, no Slack message, no stall alert",
+                            self._history_new, self.cfg.stall_after)
+                self._history_new = 0
             if taken and self.dispatcher is not None:
                 self.dispatcher.save_state()  # the groups taken over, before anything is told
             for msg in self.finder.errors[self._errors_logged:]:
@@ -84,14 +93,27 @@ class Daemon:
 
     def _watch(self, found: Found) -> int:
         """Watch a run; 1 when its state was taken over from another shard."""
-        if len(self.runs) >= self.cfg.max_runs:
+        own = self.saved.pop(found.key, None)
+        if own and own["info"].get("retired") and own["info"]["retired"] == lifecycle.signature(found.log):
+            self.retired[found.key] = own["info"]["retired"]  # retired before a restart, unchanged since
+            return 0
+        if len(self.runs) >= self.cfg.max_runs and not lifecycle.make_room(self, found):
+            if own is not None:
+                self.saved[found.key] = own
             if found.key not in self._dropped:  # never silently: the log and /healthz say it
                 self._dropped.add(found.key)
                 self.dropped_runs += 1
-                self._problem("runs", f"{self.dropped_runs} run(s) not watched: max_runs ({self.cfg.max_runs}) "
+                log.warning("%s: not watched: max_runs (%d) reached; tried again when a slot frees",
+                            found.key, self.cfg.max_runs)
+                self._problem("runs", f"{len(self._dropped)} run(s) not watched: max_runs ({self.cfg.max_runs}) "
                                       f"reached (the latest: {found.key})")
             return 0
-        saved, group, adopted = self.fleet.claim(found, self.saved.pop(found.key, None))
+        if found.key in self._dropped:
+            self._dropped.discard(found.key)
+            self._problem("runs", None if not self._dropped else self.problems.get("runs"))
+        if own is not None:
+            own["info"].update(retired=None)
+        saved, group, adopted = self.fleet.claim(found, own)
         labels = self.fleet.labels(found)
         taken = set(self.names)
         name = saved.get("run") if saved else None
@@ -103,6 +125,10 @@ class Daemon:
         except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
             log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
             mon, adopted = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context), False
+        mon.found_at = self.clock()
+        if saved is None and lifecycle.history_found(mon, self.cfg.stall_after):
+            mon.info.history = True
+            self._history_new += 1
         self.runs[found.key], self.names[name] = mon, found.key
         if adopted and self.dispatcher is not None:
             self.dispatcher.adopt_group(name, group)
@@ -161,6 +187,15 @@ class Daemon:
                     continue
                 for ev in events:
                     log.info("%s: %s", mon.path, ev)
+                if mon.info.history and not lifecycle.still_history(mon, self.cfg.stall_after):
+                    mon.info.history = False
+                    log.info("%s: written again: watched live", mon.path)
+                if mon.info.history:  # ended before this daemon found it: judged for the record, never acted on
+                    for a in alerts:
+                        log.info("[%s] (history, not acted on) %s %s %s step %s: %s", a.run, a.status, a.severity,
+                                 a.rule, a.step, a.message)
+                    self.last_progress = self.clock()
+                    continue
                 for d in decisions:
                     if d.action is Action.STOP and d.alert is not None:
                         self._stop(mon, d)
@@ -199,8 +234,11 @@ class Daemon:
     def stall(self) -> None:
         with self.lock:
             now = self.clock()
-            for mon in self.runs.values():
-                self._notify(mon.check_stall(now, self.cfg.stall_after))
+            for key, mon in list(self.runs.items()):
+                alerts, why = lifecycle.judge_quiet(mon, now, self.cfg)
+                self._notify(alerts)
+                if why is not None:
+                    lifecycle.retire(self, key, why)
             self.fleet.publish_queued(self)
 
     def save(self) -> None:

@@ -65,6 +65,14 @@ class Store:
                         "info": json.loads(info)}
         return out
 
+    def load_one(self, key: str) -> dict | None:
+        """One run's saved state (a retired run watched again), or None."""
+        row = self.db.execute("SELECT run, tail, watchdog, info FROM runs WHERE path=?", (_key(key),)).fetchone()
+        if row is None:
+            return None
+        run, tail, wd, info = row
+        return {"run": run, "tail": json.loads(tail), "watchdog": unpack(json.loads(wd)), "info": json.loads(info)}
+
     def save(self, rows: list[tuple[str, str, dict, dict, dict]]) -> list[tuple[str, str]]:
         """Save (key, run, tail, watchdog, info) rows in one transaction. A row that cannot be
         stored is left out (returned with the reason), never the others. Keys that are not valid
