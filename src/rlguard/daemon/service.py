@@ -60,6 +60,12 @@ class Daemon:
         self.last_progress = clock()
         self.first_pass_done = False
         self.problems: dict[str, str] = {}  # what is wrong now, for /healthz
+        unqueueable = getattr(getattr(dispatcher, "outbox", None), "unavailable", None)
+        if unqueueable:
+            self.problems["queue"] = f"{unqueueable}: alerts are kept in memory until it can be written"
+        if self.store.unavailable:  # a full disk at start: watch anyway, say so, retry at every save
+            self.problems["state"] = (f"{self.store.unavailable}: runs are watched and judged, nothing is saved; "
+                                      "retrying at every save")
         self.host = socket.gethostname()
         self._unqueued: list[Alert] = []
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
@@ -165,7 +171,12 @@ class Daemon:
 
     def notification_stats(self) -> dict[str, int] | None:
         """Outbox counts by state (pending, sent, dead), or None without Slack."""
-        return self.dispatcher.stats() if self.dispatcher is not None else None
+        if self.dispatcher is None:
+            return None
+        try:
+            return self.dispatcher.stats()
+        except (OSError, sqlite3.Error):  # the outbox cannot be opened (a full disk): /healthz says it
+            return None
 
     def poll(self) -> None:
         """Discover, then read every run. The lock is taken run by run, so a scrape of
@@ -243,6 +254,14 @@ class Daemon:
 
     def save(self) -> None:
         with self.lock:
+            if self.store.db is None:
+                if not self.store.reopen():
+                    self._problem("state", f"{self.store.unavailable}: runs are watched and judged, nothing is "
+                                           "saved; retrying at every save")
+                    return
+                self.saved.update({k: v for k, v in self.store.load().items() if k not in self.runs})
+                self._problem("state", None)
+            self._rewrite_files()
             held = self._held()
             rows = [m.saved() for m in self.runs.values() if m.changed and m.run not in held]
             if not self._save_rows(rows):
@@ -258,6 +277,17 @@ class Daemon:
                     self._problem("notifications", f"notification state not writable: {exc}")
                 else:
                     self._problem("notifications", None)
+
+    def _rewrite_files(self) -> None:
+        """The control token and the listen address, when a full disk kept them from being written."""
+        for what, write in (("control", lambda: control.write_token(self.cfg.state_dir, self.control_token)),
+                            ("address", lambda: control.record_address(self.cfg.state_dir, *self._address))):
+            if what in self.problems:
+                try:
+                    write()
+                except OSError:
+                    continue
+                self._problem(what, None)
 
     def _held(self) -> set[str]:
         """Runs with alerts held only in memory (the outbox could not take them). Their state is
@@ -304,6 +334,8 @@ class Daemon:
             log.exception("notification delivery failed; will retry")
             self._problem("delivery", f"notifications failing: {exc}")
             return
+        if "queue" in self.problems and not self._unqueued and self.dispatcher.outbox.unavailable is None:
+            self._problem("queue", None)  # the outbox opened once space came back
         if getattr(counts, "sent", 0):
             self._problem("delivery", None)
         elif getattr(counts, "retried", 0) or getattr(counts, "dead", 0):
@@ -394,7 +426,14 @@ class Daemon:
         from ..exporter import serve
 
         self.check_watch()
-        self.control_token = control.control_token(self.cfg.state_dir)
+        try:
+            self.control_token = control.control_token(self.cfg.state_dir)
+        except OSError as exc:  # a full disk: POST /stop works with a token no file holds until restart
+            import secrets
+
+            self.control_token = secrets.token_urlsafe(32)
+            self._problem("control", f"control token not writable in {self.cfg.state_dir} ({exc.strerror or exc}): "
+                                     "`rlguard stop` cannot read it yet; retrying at every save")
         try:
             self.store.tighten()
         except OSError as exc:
@@ -418,10 +457,12 @@ class Daemon:
         sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
         sched.add_job(self.housekeeping, "interval", seconds=3600, id="housekeeping")
         host, port = server.server_address[:2]
+        self._address = (host, port)
         try:
             control.record_address(self.cfg.state_dir, host, port)
         except OSError as exc:
-            log.error("listen address not recorded in %s: %s", self.cfg.state_dir, exc.strerror or exc)
+            self._problem("address", f"listen address not recorded in {self.cfg.state_dir} "
+                                     f"({exc.strerror or exc}): retrying at every save")
         self.poll()  # discovers first
         sched.start()
         log.warning("rlguard daemon: watching %s (%d run(s) found); listening on http://%s:%d (/metrics, "
