@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -233,11 +234,14 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
             self._reply(code, "application/json", json.dumps(answer).encode())
 
         def _reply(self, code: int, ctype: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the scraper hung up before the answer: nothing to tell
 
         def log_message(self, *args):  # quiet: scrapes every few seconds
             pass
@@ -245,6 +249,16 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
     class Server(ThreadingHTTPServer):
         request_queue_size = 128  # the stdlib's 5 makes a burst of connections wait on SYN retries
         daemon_threads = True
+
+        def handle_error(self, request, client_address) -> None:
+            """A client that hangs up is not an error; anything else is one log line, not a traceback."""
+            import sys
+
+            exc = sys.exc_info()[1]
+            if isinstance(exc, (ConnectionError, TimeoutError)):
+                return
+            logging.getLogger("rlguard.daemon").error("HTTP request from %s failed: %s: %s", client_address[0],
+                                                      type(exc).__name__, exc)
 
     server = Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="rlguard-exporter", daemon=True).start()

@@ -148,9 +148,12 @@ class Daemon:
                "host": self.host, **{k: v for k, v in labels.items() if k in RUN_LABELS}}
         if self.cfg.run_url_template:
             try:
-                ctx["url"] = self.cfg.run_url_template.format(run=name, run_dir=ctx["run_dir"], host=self.host,
-                                                              team=ctx.get("team", ""), user=ctx.get("user", ""),
-                                                              cluster=ctx.get("cluster", ""))
+                from urllib.parse import quote  # names come from paths: never let one alter the link
+
+                ctx["url"] = self.cfg.run_url_template.format(
+                    run=quote(name, safe=""), run_dir=quote(ctx["run_dir"], safe="/"), host=quote(self.host, safe=""),
+                    team=quote(ctx.get("team", ""), safe=""), user=quote(ctx.get("user", ""), safe=""),
+                    cluster=quote(ctx.get("cluster", ""), safe=""))
             except (KeyError, IndexError, ValueError) as exc:
                 log.error("run_url_template: %s (use {run}, {run_dir}, {host}, {team}, {user}, {cluster})", exc)
         return {k: v for k, v in ctx.items() if v}
