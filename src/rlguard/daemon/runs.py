@@ -22,6 +22,7 @@ from .tail import FileTail
 STALL_RULE = "RLG-STALL"
 STOPPED_RULE = "RLG-STOPPED"
 IGNORED_RULE = "RLG-STOP-IGNORED"
+KEEP_ALERTS = 1000
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")
 
@@ -154,6 +155,8 @@ class RunMonitor:
         before = len(self.watchdog.alerts)
         decisions = self.watchdog.ingest(records)
         alerts = self.watchdog.alerts[before:]
+        if len(self.watchdog.alerts) > 2 * KEEP_ALERTS:  # a run that flaps for weeks: memory stays bounded
+            del self.watchdog.alerts[:-KEEP_ALERTS]  # (its saved state keeps the same latest 1,000)
         for a in alerts:
             a.labels.update(self.context)
         self._track(records, now)
