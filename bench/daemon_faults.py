@@ -145,6 +145,18 @@ def start(tmp: Path, state: Path, port: int, max_runs: int = 5000) -> subprocess
                             stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "a"))
 
 
+def caught_up(port: int, final: dict[str, int]) -> bool:
+    """Has the daemon read every real run to its last step (``/metrics``)? A restart among
+    thousands of runs takes a while: quiet before that is not the end."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    except OSError:
+        return False
+    return all(f'rlguard_run_last_step{{run="{run}"}} {float(step)}' in text for run, step in final.items())
+
+
 def hostile(tmp: Path, junk: int) -> None:
     """What hostile tenants leave under the watched root (see the module doc)."""
     import gzip
@@ -306,14 +318,15 @@ def main(argv=None) -> int:
             disk_done = 1
         time.sleep(0.1)
     expected = expected_alerts(tmp, runs, truth)
+    final = {run: max(r["step"] for r in truth[run] if isinstance(r.get("step"), int)) for run in runs}
     deadline = time.time() + args.drain
     last, quiet_since = -1, time.time()
     while time.time() < deadline:  # until the daemon has delivered everything it queued
         time.sleep(5)
         firing, dups, flagged, unmatched, pending = delivered_alerts(state, slack.received)
         got = {(r, rule) for r, rule, _ in firing}
-        if pending == 0 and (expected <= got or time.time() - quiet_since > 30):
-            break  # all there, or nothing queued and nothing new for 30 s
+        if pending == 0 and (expected <= got or (time.time() - quiet_since > 30 and caught_up(port, final))):
+            break  # all there, or every run read to its end, nothing queued and nothing new for 30 s
         if len(slack.received) != last:
             last, quiet_since = len(slack.received), time.time()
             print(f"  waiting: {pending} message(s) pending, {len(expected - got)} expected alert(s) not yet "
