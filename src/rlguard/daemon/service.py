@@ -360,7 +360,11 @@ class Daemon:
     def housekeeping(self) -> None:
         """Forget long-delivered notifications, so the outbox does not grow for ever."""
         if self.dispatcher is not None:
-            n = self.dispatcher.prune(self.clock(), self.cfg.outbox_retention)
+            try:
+                n = self.dispatcher.prune(self.clock(), self.cfg.outbox_retention)
+            except (OSError, sqlite3.Error) as exc:  # a full disk: pruned at the next hour
+                log.warning("housekeeping: delivered notifications not pruned: %s", exc)
+                return
             if n:
                 log.info("housekeeping: %d delivered notification(s) forgotten", n)
 
