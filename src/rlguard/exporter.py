@@ -31,7 +31,6 @@ import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -177,16 +176,12 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
     ``.shutdown()`` stops it."""
     from urllib.parse import parse_qs, urlsplit
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RLGuardCollector(daemon))
+    from .exposition import render
 
     def metrics(path: str) -> bytes:
+        """The text format, as generate_latest writes it, in less than half its time (see .exposition)."""
         names = parse_qs(urlsplit(path).query).get("name[]")
-        if not names:
-            return generate_latest(registry)
-        only = CollectorRegistry(auto_describe=False)
-        only.register(RLGuardCollector(daemon, set(names)))
-        return generate_latest(only)
+        return render(RLGuardCollector(daemon, set(names) if names else None).collect())
 
     # /status lists run dirs and alert texts: beyond this machine (the chart's 0.0.0.0) it needs
     # the control token, as POST /stop does
