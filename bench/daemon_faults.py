@@ -8,7 +8,13 @@ delivers to a local Slack stand-in (a webhook HTTP server in this process). Mean
 - rotation races: runs rotated the logrotate way (``mv log log.1`` then a new file), rewritten
   whole by rename (write a temp file, ``os.replace``), or copy-truncated, while they are written;
 - a full disk for 10 s (the state dir on a 64 MB tmpfs filled up: needs root to mount; skipped
-  with a note otherwise).
+  with a note otherwise), with a ``kill -9`` in the middle of it (the daemon restarts on the
+  full disk: degraded, never an exit);
+- hostile tenants (``--hostile``, on by default) under the same watched root: a run whose log is
+  a FIFO, a gzip bomb full of newlines, ``--junk`` (default 5,000) empty ``*.jsonl`` runs written
+  before the real runs start (the real runs must still be watched at ``max_runs``), and a forged
+  shard marker in the handoff dir with a heartbeat an hour in the future (every run would wait
+  for it if it were trusted). None of them may cost a real run's alert.
 
 Expected alerts are those of ``rlguard check`` on each run's complete log (what the trainer
 wrote, in order). Delivered alerts are read from the messages Slack received (matched to the
@@ -17,6 +23,7 @@ unexpected, and messages delivered twice (and how many of those repeats the daem
 possible duplicate: a delivery interrupted by a kill is retried, flagged), and the delivery delay after the outage.
 
     python bench/daemon_faults.py [--runs 12] [--steps 300] [--kills 10] [--outage 60] [--seed 0]
+                                  [--junk 5000] [--no-hostile]
 """
 from __future__ import annotations
 
@@ -127,13 +134,47 @@ def writer(run_dir: Path, rows: list[dict], how: str, rate: float, stop: threadi
 
 
 # ---------------------------------------------------------------------- the daemon
-def start(tmp: Path, state: Path, port: int) -> subprocess.Popen:
+def start(tmp: Path, state: Path, port: int, max_runs: int = 5000) -> subprocess.Popen:
     cfg = tmp / "daemon.yaml"
-    cfg.write_text("slack:\n  group_wait: 1\n  group_interval: 2\n  repeat_interval: 36000\n")
+    cfg.write_text("slack:\n  group_wait: 1\n  group_interval: 2\n  repeat_interval: 36000\n"
+                   f"max_runs: {max_runs}\nhandoff_lease: 60\nsave_interval: 10\n")
     return subprocess.Popen([EXE, "daemon", "--watch", str(tmp / "runs"), "--state-dir", str(state), "--listen",
                              f"127.0.0.1:{port}", "--config", str(cfg), "--poll-interval", "0.5",
-                             "--eval-interval", "0", "--slack-webhook-url-file", str(tmp / "hook")],
+                             "--eval-interval", "0", "--slack-webhook-url-file", str(tmp / "hook"),
+                             "--shard", "0/1", "--handoff-dir", str(tmp / "runs" / ".handoff")],
                             stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "a"))
+
+
+def caught_up(port: int, final: dict[str, int]) -> bool:
+    """Has the daemon read every real run to its last step (``/metrics``)? A restart among
+    thousands of runs takes a while: quiet before that is not the end."""
+    import urllib.request
+
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
+    except OSError:
+        return False
+    return all(f'rlguard_run_last_step{{run="{run}"}} {float(step)}' in text for run, step in final.items())
+
+
+def hostile(tmp: Path, junk: int) -> None:
+    """What hostile tenants leave under the watched root (see the module doc)."""
+    import gzip
+
+    root = tmp / "runs"
+    for i in range(junk):
+        (root / f"junk{i:05d}").mkdir(parents=True)
+        (root / f"junk{i:05d}" / "metrics.jsonl").write_bytes(b"")
+    (root / "fifo").mkdir(parents=True)
+    os.mkfifo(root / "fifo" / "metrics.jsonl")
+    (root / "bomb").mkdir(parents=True)
+    with gzip.open(root / "bomb" / "metrics.jsonl.gz", "wb", compresslevel=9) as f:
+        for _ in range(64):
+            f.write(b"\n" * (1 << 20))  # 64 MB of newlines in about 64 KB
+    shards = root / ".handoff" / "shards"
+    shards.mkdir(parents=True)
+    (shards / "0-of-2.json").write_text(json.dumps({"shard": "0/2", "at": time.time() + 3600, "released": False,
+                                                     "host": "elsewhere", "pid": 1}))
 
 
 def mount_small(path: Path) -> bool:
@@ -213,6 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("--outage", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--drain", type=float, default=400.0, help="seconds to wait for every message at the end")
+    ap.add_argument("--junk", type=int, default=5000, help="empty *.jsonl runs a hostile tenant leaves")
+    ap.add_argument("--no-hostile", action="store_true", help="no FIFO, bomb, junk runs or forged handoff")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-faults-"))
@@ -225,6 +268,8 @@ def main(argv=None) -> int:
     ways = ["append", "logrotate", "rewrite", "copytruncate"]
     truth = {run: script(rng, args.steps) for run in runs}
     stop = threading.Event()
+    if not args.no_hostile:
+        hostile(tmp, args.junk)
     proc = start(tmp, state, port)
     time.sleep(2)
     threads = []
@@ -241,7 +286,8 @@ def main(argv=None) -> int:
     kills = disk_done = 0
     outage_started = None
     print(f"{len(runs)} runs x {args.steps} steps at {args.rate}/s ({', '.join(ways)}), {args.kills} kill -9, "
-          f"{args.outage:.0f} s Slack outage, full disk: {'yes' if small else 'skipped (needs root to mount tmpfs)'}",
+          f"{args.outage:.0f} s Slack outage, full disk: {'yes, with a kill -9 in it' if small else 'skipped (needs root to mount tmpfs)'}"
+          f"{'' if args.no_hostile else f'; hostile: a FIFO, a gzip bomb, {args.junk} empty runs, a forged handoff'}",
           flush=True)
     while any(t.is_alive() for t in threads):
         now = time.time() - t0
@@ -257,20 +303,30 @@ def main(argv=None) -> int:
             print(f"  t={now:5.1f} s: Slack down for {args.outage:.0f} s", flush=True)
         if disk_at is not None and not disk_done and now >= disk_at:
             fill(state)
-            print(f"  t={now:5.1f} s: state disk full for 10 s", flush=True)
-            time.sleep(10)
+            print(f"  t={now:5.1f} s: state disk full for 10 s, kill -9 after 4 s, restarted on the full disk",
+                  flush=True)
+            time.sleep(4)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            proc = start(tmp, state, port)
+            time.sleep(6)
+            if proc.poll() is not None:
+                print(f"  the daemon exited {proc.returncode} on the full disk", flush=True)
             (state / "filler").unlink()
+            if proc.poll() is not None:
+                proc = start(tmp, state, port)
             disk_done = 1
         time.sleep(0.1)
     expected = expected_alerts(tmp, runs, truth)
+    final = {run: max(r["step"] for r in truth[run] if isinstance(r.get("step"), int)) for run in runs}
     deadline = time.time() + args.drain
     last, quiet_since = -1, time.time()
     while time.time() < deadline:  # until the daemon has delivered everything it queued
         time.sleep(5)
         firing, dups, flagged, unmatched, pending = delivered_alerts(state, slack.received)
         got = {(r, rule) for r, rule, _ in firing}
-        if pending == 0 and (expected <= got or time.time() - quiet_since > 30):
-            break  # all there, or nothing queued and nothing new for 30 s
+        if pending == 0 and (expected <= got or (time.time() - quiet_since > 30 and caught_up(port, final))):
+            break  # all there, or every run read to its end, nothing queued and nothing new for 30 s
         if len(slack.received) != last:
             last, quiet_since = len(slack.received), time.time()
             print(f"  waiting: {pending} message(s) pending, {len(expected - got)} expected alert(s) not yet "
@@ -297,6 +353,8 @@ def main(argv=None) -> int:
           f"(by design): {len(transient)}; lost: {len(lost)}; unexpected: {len(extra)}")
     print(f"messages delivered twice: {len(dups)} ({flagged} of the repeats flagged 'possible duplicate' by the "
           f"daemon, {unflagged} not); messages not matched: {unmatched}; still pending: {pending}")
+    print(f"summary: expected {len(expected)} / delivered {len(expected & got)} / lost {len(lost)} / "
+          f"duplicated {len(dups)} (messages)")
     print(f"first delivery after the outage ended: {delay:.1f} s later; Slack received {len(slack.received)} "
           "message(s)")
     for what, items in (("lost", sorted(lost)), ("unexpected", sorted(extra)), ("duplicated", sorted(dups))):

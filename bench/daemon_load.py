@@ -26,6 +26,7 @@ import random
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -104,6 +105,8 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
     proc, port = start_daemon(tmp, str(root), extra)
     time.sleep(12)  # discovery of every run and the first full read
     c0, t0 = cpu_seconds(proc.pid), time.time()
+    probe = Probe(proc.pid, port)
+    probe.start()
     step = 11
     while time.time() - t0 < seconds:
         tick = time.time()
@@ -114,6 +117,7 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
     cpu = cpu_seconds(proc.pid) - c0
     wall = time.time() - t0
     rss = mem_mb(proc.pid)
+    probe.stop()
     metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30).read().decode()
     proc.terminate()
     proc.wait(timeout=60)
@@ -129,6 +133,49 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
               f"max {lags[-1]:.0f} (the writers log 1 step/s; evaluation batches up to --eval-interval)")
     print(f"  baseline (bare tailer, same files, same rate): {100 * base:.1f}% of one core; "
           f"ratio daemon/baseline {cpu / wall / base:.1f}x")
+    probe.report()
+
+
+class Probe(threading.Thread):
+    """While the writers write: a full ``/metrics`` scrape timed every 10 s, and the daemon's
+    RSS sampled (memory growth shows as a slope between the first and the last third)."""
+
+    def __init__(self, pid: int, port: int, every: float = 10.0) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.port, self.every = pid, port, every
+        self.scrapes: list[float] = []
+        self.rss: list[tuple[float, float]] = []
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        t0 = time.time()
+        while not self._done.wait(self.every):
+            s0 = time.perf_counter()
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60).read()
+                self.scrapes.append(time.perf_counter() - s0)
+            except OSError:
+                self.scrapes.append(float("inf"))
+            self.rss.append((time.time() - t0, mem_mb(self.pid)))
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join(timeout=70)
+
+    def report(self) -> None:
+        if not self.scrapes:
+            return
+        s = sorted(self.scrapes)
+        print(f"  full /metrics scrape under load: median {s[len(s) // 2]:.2f} s, max {s[-1]:.2f} s "
+              f"({len(s)} scrapes, one every {self.every:g} s)")
+        n = len(self.rss)
+        if n >= 3:
+            first = sum(m for _, m in self.rss[: n // 3]) / (n // 3)
+            last = sum(m for _, m in self.rss[-(n // 3):]) / (n // 3)
+            span = (self.rss[-1][0] - self.rss[0][0]) / 60
+            print(f"  RSS: {self.rss[0][1]:.0f} MB at the first sample, {self.rss[-1][1]:.0f} MB at the last; "
+                  f"mean of the first third {first:.0f} MB, last third {last:.0f} MB "
+                  f"({100 * (last - first) / first:+.1f}% over {span:.1f} min)")
 
 
 def bare_tailer_cpu(writers: list, seconds: int, step: int, rng: random.Random) -> float:

@@ -246,10 +246,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.decisions and args.format != "json":
         raise InputError("--decisions prints checkpoint decisions as JSON objects: use it with --format json")
 
-    return run_check(args.path, rules=args.rules, default_rules=not args.no_default_rules,
-                     input_format=args.input_format, out_format=args.format,
-                     baselines=parse_baselines(args.baseline), decisions=args.decisions,
-                     run=args.run or run_name(args.path), chunk=CHUNK)
+    from .pipes import readable_copy
+
+    with readable_copy(args.path) as path:  # `check <(cat log)`: a pipe named here is read (copied) first
+        return run_check(path, rules=args.rules, default_rules=not args.no_default_rules,
+                         input_format=args.input_format, out_format=args.format,
+                         baselines=parse_baselines(args.baseline), decisions=args.decisions,
+                         run=args.run or run_name(args.path), chunk=CHUNK)
 
 
 def cmd_daemon(args: argparse.Namespace) -> int:

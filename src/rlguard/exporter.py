@@ -13,7 +13,7 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
   run was seen to stop after the request: its stop record), ``rlguard_run_stop_ignored{run}`` (it
   ended or went quiet without acknowledging the request: counted apart from obeyed stops);
 - ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
-- ``rlguard_runs_watched``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
+- ``rlguard_runs_watched``, ``rlguard_runs_retired``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
   ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead);
 - sharding: ``rlguard_shard_info{shard,shards}`` (1), ``rlguard_shards`` (N),
   ``rlguard_runs_other_shards`` (runs found that other shards own), ``rlguard_runs_waiting``
@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import hmac
 import json
+import logging
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -87,7 +87,10 @@ class RLGuardCollector:
         with d.lock:
             runs, dropped_runs = len(d.runs), d.dropped_runs
             last_poll, reloads = d.last_poll, d.reloads
+            retired = len(getattr(d, "retired", ()))
         yield GaugeMetricFamily("rlguard_runs_watched", "Runs being watched", value=runs)
+        yield GaugeMetricFamily("rlguard_runs_retired", "Runs that ended (or never logged) and are no longer "
+                                "watched until their log changes", value=retired)
         yield CounterMetricFamily("rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)",
                                   value=dropped_runs)
         yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=last_poll)
@@ -173,16 +176,12 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
     ``.shutdown()`` stops it."""
     from urllib.parse import parse_qs, urlsplit
 
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RLGuardCollector(daemon))
+    from .exposition import render
 
     def metrics(path: str) -> bytes:
+        """The text format, as generate_latest writes it, in less than half its time (see .exposition)."""
         names = parse_qs(urlsplit(path).query).get("name[]")
-        if not names:
-            return generate_latest(registry)
-        only = CollectorRegistry(auto_describe=False)
-        only.register(RLGuardCollector(daemon, set(names)))
-        return generate_latest(only)
+        return render(RLGuardCollector(daemon, set(names) if names else None).collect())
 
     # /status lists run dirs and alert texts: beyond this machine (the chart's 0.0.0.0) it needs
     # the control token, as POST /stop does
@@ -230,11 +229,14 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
             self._reply(code, "application/json", json.dumps(answer).encode())
 
         def _reply(self, code: int, ctype: str, body: bytes) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", ctype)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(code)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                self.close_connection = True  # the scraper hung up before the answer: nothing to tell
 
         def log_message(self, *args):  # quiet: scrapes every few seconds
             pass
@@ -242,6 +244,16 @@ def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float
     class Server(ThreadingHTTPServer):
         request_queue_size = 128  # the stdlib's 5 makes a burst of connections wait on SYN retries
         daemon_threads = True
+
+        def handle_error(self, request, client_address) -> None:
+            """A client that hangs up is not an error; anything else is one log line, not a traceback."""
+            import sys
+
+            exc = sys.exc_info()[1]
+            if isinstance(exc, (ConnectionError, TimeoutError)):
+                return
+            logging.getLogger("rlguard.daemon").error("HTTP request from %s failed: %s: %s", client_address[0],
+                                                      type(exc).__name__, exc)
 
     server = Server((host, port), Handler)
     threading.Thread(target=server.serve_forever, name="rlguard-exporter", daemon=True).start()

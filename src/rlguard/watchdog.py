@@ -86,7 +86,8 @@ class Watchdog:
         self.first_step: int | None = None
         self.duplicates = 0
         self.summaries = 0
-        self.alerts: list[Alert] = []  # every firing and resolution, in order
+        self.alerts: list[Alert] = []  # every firing and resolution, in order (the daemon keeps the latest 1,000)
+        self._last: dict[str, Alert] = {}  # rule|metric -> its latest alert: firing() without a pass over them all
         self.stop_decision: Decision | None = None
         self._prev: LogRecord | None = None
         self._dense: dict[str, list[int]] = {}  # per metric, seq of its last 3 real values (null rule)
@@ -139,6 +140,7 @@ class Watchdog:
         for _, _, a, best_of in new_alerts:
             _say_keep(a, best_of)
         self.alerts.extend(a for _, _, a, _ in new_alerts)
+        self._last.update((f"{a.rule}|{a.metric}", a) for _, _, a, _ in new_alerts)
         for name in self._needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
         pending.sort(key=lambda t: (t[0], t[1]))
@@ -319,10 +321,8 @@ class Watchdog:
 
     def firing(self) -> list[Alert]:
         """Alerts currently firing (the latest firing alert of each firing rule instance)."""
-        latest: dict[str, Alert] = {}
-        for a in self.alerts:
-            latest[f"{a.rule}|{a.metric}"] = a
-        return [a for k, a in latest.items() if a.status == "firing" and self.instances[k].firing]
+        return [a for k, a in self._last.items()
+                if a.status == "firing" and k in self.instances and self.instances[k].firing]
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Any]:
@@ -362,6 +362,7 @@ class Watchdog:
             else:
                 self.best = None
             self.alerts = [Alert.from_dict(a) for a in s["alerts"]]
+            self._last = {f"{a.rule}|{a.metric}": a for a in self.alerts}
             if s.get("stop"):
                 st = s["stop"]
                 self.stop_decision = Decision(Action(st["action"]), st["step"], st["reason"],

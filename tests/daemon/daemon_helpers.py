@@ -31,13 +31,17 @@ class DaemonProc:
         self.log = tmp / f"daemon{name}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "DaemonProc":
+    def start(self, healthy: bool = True) -> "DaemonProc":
+        """Start it; wait for /healthz 200 (``healthy=False``: for any answer, degraded too)."""
         cmd = [sys.executable, "-m", "rlguard", "daemon", *[a for w in self.watch for a in ("--watch", w)],
                "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}", "--poll-interval", "0.3", "--eval-interval", "0",
                "-v", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "a"),
                                      env={**os.environ, **self.env})
-        self.wait_for(lambda: self.healthz() == 200, "daemon did not become healthy")
+        if healthy:
+            self.wait_for(lambda: self.healthz() == 200, "daemon did not become healthy")
+        else:
+            self.wait_for(lambda: self.health()[0] is not None, "daemon did not answer /healthz")
         return self
 
     def healthz(self) -> int | None:
@@ -46,6 +50,18 @@ class DaemonProc:
                 return r.status
         except OSError:
             return None
+
+    def health(self) -> tuple[int | None, dict]:
+        """/healthz's code and JSON answer, degraded (503) included; (None, {}) when it does not answer."""
+        import urllib.error
+
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/healthz", timeout=2) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read())
+        except OSError:
+            return None, {}
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:

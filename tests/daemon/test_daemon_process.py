@@ -27,11 +27,30 @@ def test_alert_on_metrics_stop_file_and_clean_exit(tmp_path, daemon_factory):
     assert "saving state" in d.log.read_text()
 
 
+def saved_alerts(state, run: str) -> bool:
+    """Does the daemon's saved state count alerts for ``run``?"""
+    import json
+    import sqlite3
+
+    try:
+        db = sqlite3.connect(f"file:{state / 'rlguard-daemon.sqlite3'}?mode=ro", uri=True, timeout=1)
+        try:
+            rows = db.execute("SELECT info FROM runs WHERE run = ?", (run,)).fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return False
+    return any(json.loads(info).get("alerts_total") for (info,) in rows)
+
+
 def test_kill_9_restart_no_duplicate_and_no_loss(tmp_path, daemon_factory):
     a = tmp_path / "runs" / "a" / "metrics.jsonl"
     append(a, healthy(1, 10) + constant_reward(11, 6))
     d = daemon_factory().start()
     d.wait_for(lambda: 'kind="reward_variance_collapse"' in d.metrics(), "first alert missing")
+    # the run's state is saved right after the poll pass that alerted, which a scrape can see
+    # first: kill once the saved state holds it (a kill before that replays, by design)
+    d.wait_for(lambda: saved_alerts(d.state, "a"), "the alerting run's state was not saved")
     d.stop(signal.SIGKILL)
     assert d.log.read_text().count("firing critical reward_variance_collapse (RLG-REWARD-STD-ZERO)") == 1
 

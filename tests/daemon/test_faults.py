@@ -174,6 +174,48 @@ def test_full_state_disk_is_on_healthz_and_alerts_wait_in_memory(tmp_path):
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
 
 
+@pytest.mark.parametrize("sharded", [False, True], ids=["single", "shard-with-handoff"])
+def test_a_full_state_disk_at_start_is_degraded_not_an_exit(tmp_path, daemon_factory, slack, sharded):
+    """The state disk is full when the daemon starts (it once exited 2: no watcher, no
+    /healthz): it starts, watches, says why it is degraded, holds its alerts in memory, and
+    when space returns it saves its state and delivers the alert it held (none lost)."""
+    from daemon_helpers import DaemonProc
+
+    state = tmp_path / "state"
+    if os.geteuid() != 0 or not _tmpfs(state, "8m"):  # room for both SQLite write-ahead logs once freed
+        pytest.skip("needs a small real filesystem: mounting a tmpfs needs root")
+    try:
+        hook = tmp_path / "hook"
+        hook.write_text(slack.webhook_url + "\n")
+        cfg = tmp_path / "daemon.yaml"
+        cfg.write_text("save_interval: 0.5\nslack:\n  group_wait: 0\n  group_interval: 1\n")
+        fill_disk(state)
+        fleet = ["--shard", "0/1", "--handoff-dir", str(tmp_path / "handoff")] if sharded else []
+        d = DaemonProc(tmp_path, "--config", str(cfg), "--slack-webhook-url-file", str(hook), *fleet)
+        d.start(healthy=False)  # sharded: the handoff barrier once read the unopenable outbox (exit 3)
+        try:
+            code, body = d.health()
+            assert code == 503 and body["status"] == "degraded", body
+            assert any("state database" in p and "full" in p for p in body["problems"]), body
+            log = tmp_path / "runs" / "r" / "metrics.jsonl"
+            append(log, healthy(1, 12) + [dict(healthy(13, 1)[0], loss=math.nan)])
+            d.wait_for(lambda: 'rule="RLG-NONFINITE-LOSS"' in d.metrics(), "runs not judged while degraded")
+            assert slack.requests == [] and d.health()[1]["status"] == "degraded"
+            (state / "filler").unlink()  # space again
+            d.wait_for(lambda: d.health()[1].get("status") == "ok", "did not recover when space returned", 30)
+            d.wait_for(lambda: any("RLG-NONFINITE-LOSS" in str(r.body) for r in slack.requests),
+                       "the alert held while the disk was full was never sent", 30)
+            assert (state / "rlguard-daemon.sqlite3").stat().st_size > 0
+            assert "Traceback" not in d.log.read_text()
+            assert d.stop() == 0
+        finally:
+            if d.proc is not None and d.proc.poll() is None:
+                d.proc.kill()
+                d.proc.wait()
+    finally:
+        subprocess.run(["umount", "-l", str(state)], capture_output=True)
+
+
 def test_runs_over_max_runs_are_counted_once(tmp_path):
     for i in range(4):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 3))

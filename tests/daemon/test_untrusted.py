@@ -139,6 +139,8 @@ def test_a_finished_run_is_not_stalled(tmp_path):
     log = tmp_path / "runs" / "done" / "metrics.jsonl"
     append(log, healthy(1, 5) + [{"step": 5, "train_runtime": 120.0, "train_loss": 0.4}])
     d, now = clocked(tmp_path, log)
+    mon = d.runs[str(log)]
     now[0] += 3600
     d.stall()
-    assert not d.runs[str(log)].info.stalled
+    assert not mon.info.stalled and mon.info.ended == "its end-of-training summary record"
+    assert str(log) not in d.runs and str(log) in d.retired  # its slot is free; watched again if it writes

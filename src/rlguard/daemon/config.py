@@ -116,6 +116,8 @@ class DaemonConfig(BaseModel):
                                 "newest step counts as complete (a later step completes it at once)")
     save_interval: float = Field(10.0, gt=0, description="seconds between saves of the state")
     stall_after: float = Field(1800.0, gt=0, description="seconds without a new step before a stall alert")
+    retire_after: float = Field(86400.0, gt=0, description="seconds without a new step after which a run with no "
+                                "evidence that it ended counts as ended (its stall alert resolves; it is retired)")
     outbox_retention: float = Field(14 * 86400.0, gt=0, description="seconds delivered notifications are kept")
     max_runs: int = Field(5000, ge=1, description="runs watched at most (more are counted, not watched)")
     max_metrics_per_run: int = Field(2000, ge=10, description="distinct metric names kept per run")

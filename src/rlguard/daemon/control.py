@@ -65,10 +65,20 @@ def control_token(state_dir: str) -> str:
     except OSError:
         pass
     token = secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    write_token(state_dir, token)
     return token
+
+
+def write_token(state_dir: str, token: str) -> None:
+    """Write ``token`` as the control token (0600); a failed write leaves no file."""
+    path = os.path.join(state_dir, "control.token")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+    except OSError:
+        os.unlink(path)  # never half a token: the next start makes a new one
+        raise
 
 
 ADDRESS_FILE = "listen.url"
@@ -79,6 +89,10 @@ def record_address(state_dir: str, host: str, port: int) -> None:
     path = os.path.join(state_dir, ADDRESS_FILE)
     tmp = f"{path}.{os.getpid()}.tmp"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)  # the state dir is private (issue 25): its files 0600
-    with os.fdopen(fd, "w") as f:
-        f.write(f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}\n")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(f"http://{'127.0.0.1' if host in ('', '0.0.0.0') else host}:{port}\n")
+    except OSError:
+        os.unlink(tmp)  # a full disk: no half-written file left behind
+        raise
     os.replace(tmp, path)

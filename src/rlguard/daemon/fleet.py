@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 
 from ..errors import InputError
 from ..sources.layout import Found, run_name
@@ -162,7 +163,12 @@ class Fleet:
         if self.store is None or daemon.dispatcher is None:
             return
         groups = daemon.dispatcher.drain_queued_groups() | self._unpublished
-        upto = daemon.dispatcher.outbox.max_id()
+        try:
+            upto = daemon.dispatcher.outbox.max_id()
+        except (OSError, sqlite3.Error) as exc:  # the outbox cannot be opened yet (a full disk): nothing leaves
+            self._unpublished = groups
+            daemon._problem("handoff", f"handoff held back: the outbox cannot be read ({exc})")
+            return
         keys = [daemon.names[g] for g in groups if g in daemon.names]
         if self.publish(daemon, keys):
             self.barrier, self._unpublished = upto, set()

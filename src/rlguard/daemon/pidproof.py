@@ -99,30 +99,63 @@ def _tie(pid: int, root: Path) -> str | None:
     return None
 
 
+def _read_pid(run_dir: Path, pid_file: str) -> tuple[int | None, os.stat_result | None, str]:
+    """The PID in ``run_dir/pid_file`` and the file's stat, or (None, None, why not)."""
+    path = Path(run_dir) / pid_file
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        return None, None, f"cannot read {path}: {exc.strerror or exc}"
+    try:
+        st = os.fstat(fd)
+        if not _is_regular(st.st_mode):
+            return None, None, f"{path} is not a regular file"
+        text = os.read(fd, _MAX_PID_FILE + 1)
+    finally:
+        os.close(fd)
+    if len(text) > _MAX_PID_FILE:
+        return None, None, f"{path} is longer than a PID file"
+    word = text.decode("ascii", "replace").strip()
+    if not word.isdigit() or len(word) > 10:
+        return None, None, f"{path} does not hold one positive integer ({word[:20]!r})"
+    pid = int(word)
+    if pid <= 1:
+        return None, None, f"{path} names PID {pid}, which is never signalled"
+    return pid, st, ""
+
+
+def _started_after(pid: int, st: os.stat_result) -> bool | None:
+    """Did ``pid`` start after the PID file was last written (the PID was reused)? None: unknown."""
+    ticks, boot = _start_ticks(pid), _boot_time()
+    if ticks is None or boot is None:
+        return None
+    return boot + ticks / os.sysconf("SC_CLK_TCK") > st.st_mtime + 1.0  # 1 s: btime and tick rounding
+
+
+def trainer_gone(run_dir: Path, pid_file: str) -> str | None:
+    """Proof that the run's trainer is no longer running, or None (running, or unknown). Only
+    ``/proc`` is read: nothing is signalled. The PID in the file is gone, or belongs to a process
+    that started after the file was written (the PID was reused, so the trainer is gone)."""
+    if not PROC.is_dir():
+        return None
+    pid, st, _ = _read_pid(run_dir, pid_file)
+    if pid is None or st is None or pid in (os.getpid(), os.getppid()):
+        return None
+    if not (PROC / str(pid)).exists():
+        return f"its trainer (PID {pid} in {pid_file}) is no longer running"
+    if _started_after(pid, st):
+        return f"its trainer (PID {pid} in {pid_file}) is no longer running (the PID was reused since)"
+    return None
+
+
 def trainer_pid(run_dir: Path, pid_file: str) -> Proof:
     """The PID in ``run_dir/pid_file`` if it is proven to be the run's trainer (see module doc)."""
     if not PROC.is_dir():
         return Proof(None, "no /proc on this system: a PID cannot be checked, so none is signalled")
     path = Path(run_dir) / pid_file
-    try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        return Proof(None, f"cannot read {path}: {exc.strerror or exc}")
-    try:
-        st = os.fstat(fd)
-        if not _is_regular(st.st_mode):
-            return Proof(None, f"{path} is not a regular file")
-        text = os.read(fd, _MAX_PID_FILE + 1)
-    finally:
-        os.close(fd)
-    if len(text) > _MAX_PID_FILE:
-        return Proof(None, f"{path} is longer than a PID file")
-    word = text.decode("ascii", "replace").strip()
-    if not word.isdigit() or len(word) > 10:
-        return Proof(None, f"{path} does not hold one positive integer ({word[:20]!r})")
-    pid = int(word)
-    if pid <= 1:
-        return Proof(None, f"{path} names PID {pid}, which is never signalled")
+    pid, st, why_not = _read_pid(run_dir, pid_file)
+    if pid is None or st is None:
+        return Proof(None, why_not)
     if pid in (os.getpid(), os.getppid()):
         return Proof(None, f"{path} names the daemon's own process {pid}")
     base = PROC / str(pid)
@@ -132,11 +165,10 @@ def trainer_pid(run_dir: Path, pid_file: str) -> Proof:
         return Proof(None, f"PID {pid} from {path} is not running")
     if owner != st.st_uid:
         return Proof(None, f"PID {pid} from {path} belongs to uid {owner}, the file to uid {st.st_uid}")
-    ticks, boot = _start_ticks(pid), _boot_time()
-    if ticks is None or boot is None:
+    later = _started_after(pid, st)
+    if later is None:
         return Proof(None, f"cannot tell when PID {pid} started")
-    started = boot + ticks / os.sysconf("SC_CLK_TCK")
-    if started > st.st_mtime + 1.0:  # 1 s: btime and tick rounding
+    if later:
         return Proof(None, f"PID {pid} started after {path} was written: the PID was reused")
     try:
         root = Path(os.path.realpath(run_dir))

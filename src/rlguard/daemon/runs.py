@@ -22,6 +22,7 @@ from .tail import SETTLE, FileTail
 STALL_RULE = "RLG-STALL"
 STOPPED_RULE = "RLG-STOPPED"
 IGNORED_RULE = "RLG-STOP-IGNORED"
+KEEP_ALERTS = 1000
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")
 
@@ -47,6 +48,9 @@ class RunInfo:
     stop_summaries: int = 0  # end-of-training summary records seen when the request was written
     incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
     epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
+    ended: str | None = None  # the evidence that the run ended (see .lifecycle)
+    history: bool = False  # found already quiet for longer than stall_after: judged, never acted on
+    retired: list | None = None  # the log's signature when the run was retired (see .lifecycle)
 
 
 @dataclass(frozen=True)
@@ -96,6 +100,8 @@ class RunMonitor:
         self.last_eval = 0.0
         self.tail_saved = self.tail.state_dict()
         self.changed = False
+        self.idle_polls = 0  # polls in a row that read no record
+        self.found_at = time.time()
         self.not_requested: str | None = None  # why the last stop decision wrote no request
 
     @property
@@ -135,6 +141,7 @@ class RunMonitor:
                 log.warning("[%s] %s", self.run, p.error)
             self.info.last_error = p.error
         self.info.parse_errors += p.bad
+        self.idle_polls = 0 if p.records else self.idle_polls + 1
         if p.records:
             self._new_start(p.events)
             self.pending.extend(self._bounded(p.records))
@@ -148,6 +155,8 @@ class RunMonitor:
         before = len(self.watchdog.alerts)
         decisions = self.watchdog.ingest(records)
         alerts = self.watchdog.alerts[before:]
+        if len(self.watchdog.alerts) > 2 * KEEP_ALERTS:  # a run that flaps for weeks: memory stays bounded
+            del self.watchdog.alerts[:-KEEP_ALERTS]  # (its saved state keeps the same latest 1,000)
         for a in alerts:
             a.labels.update(self.context)
         self._track(records, now)

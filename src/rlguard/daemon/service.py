@@ -29,7 +29,7 @@ from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
 from .config import DaemonConfig
 from .fleet import Fleet
-from . import control
+from . import control, lifecycle
 from .actions import stop_run
 from .runs import RunMonitor, run_name_for
 from .store import Store
@@ -47,7 +47,9 @@ class Daemon:
         self.runs: dict[str, RunMonitor] = {}
         self.saved = self.store.load()
         self.dropped_runs = 0
-        self._dropped: set[str] = set()  # runs not watched (max_runs), counted once each
+        self._dropped: set[str] = set()  # runs refused at max_runs (tried again at every scan), logged once each
+        self.retired: dict[str, list] = {}  # run key -> its log's signature (see .lifecycle)
+        self._history_new = 0  # runs found already ended in this scan (see .lifecycle)
         self.finder = Discovery(cfg.watch)
         self.fleet = Fleet(cfg, clock)  # which runs are this shard's, their labels, handing them over
         self.names: dict[str, str] = {}  # run name -> key
@@ -58,6 +60,12 @@ class Daemon:
         self.last_progress = clock()
         self.first_pass_done = False
         self.problems: dict[str, str] = {}  # what is wrong now, for /healthz
+        unqueueable = getattr(getattr(dispatcher, "outbox", None), "unavailable", None)
+        if unqueueable:
+            self.problems["queue"] = f"{unqueueable}: alerts are kept in memory until it can be written"
+        if self.store.unavailable:  # a full disk at start: watch anyway, say so, retry at every save
+            self.problems["state"] = (f"{self.store.unavailable}: runs are watched and judged, nothing is saved; "
+                                      "retrying at every save")
         self.host = socket.gethostname()
         self._unqueued: list[Alert] = []
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
@@ -74,8 +82,15 @@ class Daemon:
             self.fleet.begin_scan(self.clock())
             taken = 0
             for found in self.finder.scan():
-                if found.key not in self.runs and self.fleet.place(found) == "mine":
+                if found.key in self.runs or lifecycle.still_retired(self, found):
+                    continue
+                if self.fleet.place(found) == "mine":
                     taken += self._watch(found)
+            if self._history_new:
+                log.warning("%d run(s) found whose logs were already quiet for over %g s: judged for the record only "
+                            "(/status, /metrics): no stop request, no Slack message, no stall alert",
+                            self._history_new, self.cfg.stall_after)
+                self._history_new = 0
             if taken and self.dispatcher is not None:
                 self.dispatcher.save_state()  # the groups taken over, before anything is told
             for msg in self.finder.errors[self._errors_logged:]:
@@ -84,14 +99,27 @@ class Daemon:
 
     def _watch(self, found: Found) -> int:
         """Watch a run; 1 when its state was taken over from another shard."""
-        if len(self.runs) >= self.cfg.max_runs:
+        own = self.saved.pop(found.key, None)
+        if own and own["info"].get("retired") and own["info"]["retired"] == lifecycle.signature(found.log):
+            self.retired[found.key] = own["info"]["retired"]  # retired before a restart, unchanged since
+            return 0
+        if len(self.runs) >= self.cfg.max_runs and not lifecycle.make_room(self, found):
+            if own is not None:
+                self.saved[found.key] = own
             if found.key not in self._dropped:  # never silently: the log and /healthz say it
                 self._dropped.add(found.key)
                 self.dropped_runs += 1
-                self._problem("runs", f"{self.dropped_runs} run(s) not watched: max_runs ({self.cfg.max_runs}) "
+                log.warning("%s: not watched: max_runs (%d) reached; tried again when a slot frees",
+                            found.key, self.cfg.max_runs)
+                self._problem("runs", f"{len(self._dropped)} run(s) not watched: max_runs ({self.cfg.max_runs}) "
                                       f"reached (the latest: {found.key})")
             return 0
-        saved, group, adopted = self.fleet.claim(found, self.saved.pop(found.key, None))
+        if found.key in self._dropped:
+            self._dropped.discard(found.key)
+            self._problem("runs", None if not self._dropped else self.problems.get("runs"))
+        if own is not None:
+            own["info"].update(retired=None)
+        saved, group, adopted = self.fleet.claim(found, own)
         labels = self.fleet.labels(found)
         taken = set(self.names)
         name = saved.get("run") if saved else None
@@ -105,6 +133,10 @@ class Daemon:
             log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
             mon, adopted = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context,
                                       self.cfg.settle_after), False
+        mon.found_at = self.clock()
+        if saved is None and lifecycle.history_found(mon, self.cfg.stall_after):
+            mon.info.history = True
+            self._history_new += 1
         self.runs[found.key], self.names[name] = mon, found.key
         if adopted and self.dispatcher is not None:
             self.dispatcher.adopt_group(name, group)
@@ -118,9 +150,12 @@ class Daemon:
                "host": self.host, **{k: v for k, v in labels.items() if k in RUN_LABELS}}
         if self.cfg.run_url_template:
             try:
-                ctx["url"] = self.cfg.run_url_template.format(run=name, run_dir=ctx["run_dir"], host=self.host,
-                                                              team=ctx.get("team", ""), user=ctx.get("user", ""),
-                                                              cluster=ctx.get("cluster", ""))
+                from urllib.parse import quote  # names come from paths: never let one alter the link
+
+                ctx["url"] = self.cfg.run_url_template.format(
+                    run=quote(name, safe=""), run_dir=quote(ctx["run_dir"], safe="/"), host=quote(self.host, safe=""),
+                    team=quote(ctx.get("team", ""), safe=""), user=quote(ctx.get("user", ""), safe=""),
+                    cluster=quote(ctx.get("cluster", ""), safe=""))
             except (KeyError, IndexError, ValueError) as exc:
                 log.error("run_url_template: %s (use {run}, {run_dir}, {host}, {team}, {user}, {cluster})", exc)
         return {k: v for k, v in ctx.items() if v}
@@ -141,7 +176,12 @@ class Daemon:
 
     def notification_stats(self) -> dict[str, int] | None:
         """Outbox counts by state (pending, sent, dead), or None without Slack."""
-        return self.dispatcher.stats() if self.dispatcher is not None else None
+        if self.dispatcher is None:
+            return None
+        try:
+            return self.dispatcher.stats()
+        except (OSError, sqlite3.Error):  # the outbox cannot be opened (a full disk): /healthz says it
+            return None
 
     def poll(self) -> None:
         """Discover, then read every run. The lock is taken run by run, so a scrape of
@@ -163,6 +203,15 @@ class Daemon:
                     continue
                 for ev in events:
                     log.info("%s: %s", mon.path, ev)
+                if mon.info.history and not lifecycle.still_history(mon, self.cfg.stall_after):
+                    mon.info.history = False
+                    log.info("%s: written again: watched live", mon.path)
+                if mon.info.history:  # ended before this daemon found it: judged for the record, never acted on
+                    for a in alerts:
+                        log.info("[%s] (history, not acted on) %s %s %s step %s: %s", a.run, a.status, a.severity,
+                                 a.rule, a.step, a.message)
+                    self.last_progress = self.clock()
+                    continue
                 for d in decisions:
                     if d.action is Action.STOP and d.alert is not None:
                         self._stop(mon, d)
@@ -201,12 +250,23 @@ class Daemon:
     def stall(self) -> None:
         with self.lock:
             now = self.clock()
-            for mon in self.runs.values():
-                self._notify(mon.check_stall(now, self.cfg.stall_after))
+            for key, mon in list(self.runs.items()):
+                alerts, why = lifecycle.judge_quiet(mon, now, self.cfg)
+                self._notify(alerts)
+                if why is not None:
+                    lifecycle.retire(self, key, why)
             self.fleet.publish_queued(self)
 
     def save(self) -> None:
         with self.lock:
+            if self.store.db is None:
+                if not self.store.reopen():
+                    self._problem("state", f"{self.store.unavailable}: runs are watched and judged, nothing is "
+                                           "saved; retrying at every save")
+                    return
+                self.saved.update({k: v for k, v in self.store.load().items() if k not in self.runs})
+                self._problem("state", None)
+            self._rewrite_files()
             held = self._held()
             rows = [m.saved() for m in self.runs.values() if m.changed and m.run not in held]
             if not self._save_rows(rows):
@@ -222,6 +282,17 @@ class Daemon:
                     self._problem("notifications", f"notification state not writable: {exc}")
                 else:
                     self._problem("notifications", None)
+
+    def _rewrite_files(self) -> None:
+        """The control token and the listen address, when a full disk kept them from being written."""
+        for what, write in (("control", lambda: control.write_token(self.cfg.state_dir, self.control_token)),
+                            ("address", lambda: control.record_address(self.cfg.state_dir, *self._address))):
+            if what in self.problems:
+                try:
+                    write()
+                except OSError:
+                    continue
+                self._problem(what, None)
 
     def _held(self) -> set[str]:
         """Runs with alerts held only in memory (the outbox could not take them). Their state is
@@ -268,6 +339,8 @@ class Daemon:
             log.exception("notification delivery failed; will retry")
             self._problem("delivery", f"notifications failing: {exc}")
             return
+        if "queue" in self.problems and not self._unqueued and self.dispatcher.outbox.unavailable is None:
+            self._problem("queue", None)  # the outbox opened once space came back
         if getattr(counts, "sent", 0):
             self._problem("delivery", None)
         elif getattr(counts, "retried", 0) or getattr(counts, "dead", 0):
@@ -289,7 +362,11 @@ class Daemon:
     def housekeeping(self) -> None:
         """Forget long-delivered notifications, so the outbox does not grow for ever."""
         if self.dispatcher is not None:
-            n = self.dispatcher.prune(self.clock(), self.cfg.outbox_retention)
+            try:
+                n = self.dispatcher.prune(self.clock(), self.cfg.outbox_retention)
+            except (OSError, sqlite3.Error) as exc:  # a full disk: pruned at the next hour
+                log.warning("housekeeping: delivered notifications not pruned: %s", exc)
+                return
             if n:
                 log.info("housekeeping: %d delivered notification(s) forgotten", n)
 
@@ -359,7 +436,14 @@ class Daemon:
         from ..exporter import serve
 
         self.check_watch()
-        self.control_token = control.control_token(self.cfg.state_dir)
+        try:
+            self.control_token = control.control_token(self.cfg.state_dir)
+        except OSError as exc:  # a full disk: POST /stop works with a token no file holds until restart
+            import secrets
+
+            self.control_token = secrets.token_urlsafe(32)
+            self._problem("control", f"control token not writable in {self.cfg.state_dir} ({exc.strerror or exc}): "
+                                     "`rlguard stop` cannot read it yet; retrying at every save")
         try:
             self.store.tighten()
         except OSError as exc:
@@ -383,10 +467,12 @@ class Daemon:
         sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
         sched.add_job(self.housekeeping, "interval", seconds=3600, id="housekeeping")
         host, port = server.server_address[:2]
+        self._address = (host, port)
         try:
             control.record_address(self.cfg.state_dir, host, port)
         except OSError as exc:
-            log.error("listen address not recorded in %s: %s", self.cfg.state_dir, exc.strerror or exc)
+            self._problem("address", f"listen address not recorded in {self.cfg.state_dir} "
+                                     f"({exc.strerror or exc}): retrying at every save")
         self.poll()  # discovers first
         sched.start()
         log.warning("rlguard daemon: watching %s (%d run(s) found); listening on http://%s:%d (/metrics, "

@@ -34,36 +34,71 @@ class StateDirInUse(RLGuardError):
 
 
 class Store:
+    """``db`` is None while the state database cannot be opened for want of space (a full
+    disk at start): the daemon runs degraded, and :meth:`reopen` is tried at every save."""
+
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = Path(state_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.dir)
+        self.db: sqlite3.Connection | None = None
+        self.unavailable: str | None = None  # why db is None
         try:
             self._open()
-        except sqlite3.Error as exc:
-            self._lock.close()
-            raise RLGuardError(f"{self.dir}: cannot open the state database: {exc}") from None
+        except (sqlite3.Error, OSError) as exc:
+            if not _no_space(exc):
+                self._lock.close()
+                raise RLGuardError(f"{self.dir}: cannot open the state database: {exc}") from None
+            self.db, self.unavailable = None, f"cannot open the state database in {self.dir}: {exc}"
+
+    def reopen(self) -> bool:
+        """Try again to open the state database (space came back); True when open."""
+        if self.db is not None:
+            return True
+        try:
+            self._open()
+        except (sqlite3.Error, OSError) as exc:
+            self.db, self.unavailable = None, f"cannot open the state database in {self.dir}: {exc}"
+            return False
+        self.unavailable = None
+        return True
 
     def _open(self) -> None:
         # used from the scheduler's threads, one at a time (the daemon holds its lock around every use)
-        self.db = sqlite3.connect(str(self.dir / "rlguard-daemon.sqlite3"), timeout=30, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
-        row = self.db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
-        if row is None:
-            self.db.execute("INSERT INTO meta VALUES ('version', ?)", (VERSION,))
-            self.db.commit()
-        elif row[0] != VERSION:
+        db = sqlite3.connect(str(self.dir / "rlguard-daemon.sqlite3"), timeout=30, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.executescript(SCHEMA)
+            row = db.execute("SELECT value FROM meta WHERE key='version'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta VALUES ('version', ?)", (VERSION,))
+                db.commit()
+        except BaseException:
+            db.close()
+            raise
+        if row is not None and row[0] != VERSION:
+            db.close()
             raise RLGuardError(f"{self.dir}: state version {row[0]} is not {VERSION}; use a new --state-dir")
+        self.db = db
 
     def load(self) -> dict[str, dict]:
-        out = {}
+        out: dict[str, dict] = {}
+        if self.db is None:
+            return out
         for path, run, tail, wd, info in self.db.execute("SELECT path, run, tail, watchdog, info FROM runs"):
             key = os.fsdecode(path) if isinstance(path, bytes) else path
             out[key] = {"run": run, "tail": json.loads(tail), "watchdog": unpack(json.loads(wd)),
                         "info": json.loads(info)}
         return out
+
+    def load_one(self, key: str) -> dict | None:
+        """One run's saved state (a retired run watched again), or None."""
+        row = self.db.execute("SELECT run, tail, watchdog, info FROM runs WHERE path=?", (_key(key),)).fetchone()
+        if row is None:
+            return None
+        run, tail, wd, info = row
+        return {"run": run, "tail": json.loads(tail), "watchdog": unpack(json.loads(wd)), "info": json.loads(info)}
 
     def save(self, rows: list[tuple[str, str, dict, dict, dict]]) -> list[tuple[str, str]]:
         """Save (key, run, tail, watchdog, info) rows in one transaction. A row that cannot be
@@ -71,6 +106,8 @@ class Store:
         UTF-8 (a directory name in another encoding) are stored as their bytes."""
         if not rows:
             return []
+        if self.db is None and not self.reopen():
+            raise OSError(self.unavailable)
         good, bad = [], []
         for k, r, t, w, i in rows:
             try:
@@ -85,7 +122,8 @@ class Store:
         return bad
 
     def close(self) -> None:
-        self.db.close()
+        if self.db is not None:
+            self.db.close()
         self._lock.close()
 
     def tighten(self) -> None:
@@ -107,6 +145,15 @@ def private(folder: str | Path) -> None:
                     os.chmod(e.path, 0o600)
             except OSError:
                 continue
+
+
+def _no_space(exc: BaseException) -> bool:
+    """A full disk (ENOSPC, EDQUOT, or SQLite's 'database or disk is full')."""
+    import errno
+
+    if isinstance(exc, OSError):
+        return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "disk is full" in str(exc)
 
 
 def _key(key: str) -> str | bytes:
@@ -132,8 +179,9 @@ def _lock(state_dir: Path):
         f.close()
         raise StateDirInUse(f"{state_dir} is in use by another rlguard daemon (PID {pid}); give each "
                             "daemon its own --state-dir") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
+    try:  # the PID is for the message above; a full disk must not keep the daemon from starting
+        os.ftruncate(f.fileno(), 0)
+        os.pwrite(f.fileno(), f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass
     return f

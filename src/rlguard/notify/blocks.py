@@ -33,14 +33,17 @@ MAX_BLOCKS = 50
 MAX_VALUE = 300  # one field value: enough for any sane run name
 MAX_LISTED = 20  # alerts listed one by one in a grouped message; the rest are counted
 
-_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;",
+            # bidirectional overrides and isolates are dropped: a run name must not reorder the text around it
+            **{chr(c): "" for c in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x200E, 0x200F, 0x061C)}}
 _EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
 _RESOLVED = ":white_check_mark:"
 _ELLIPSIS = "…"
 
 
 def escape(text: object) -> str:
-    """Escape ``&``, ``<`` and ``>``: Slack then shows mentions and links as plain text."""
+    """Escape ``&``, ``<`` and ``>`` (Slack then shows mentions and links as plain text) and drop
+    bidirectional control characters."""
     return "".join(_ESCAPES.get(c, c) for c in str(text))
 
 
@@ -151,7 +154,8 @@ def _footer(message: Message) -> dict[str, Any]:
         if labels.get(key):
             notes.append(f"{label} `{fit(labels[key], MAX_VALUE)}`")
     if labels.get("url"):
-        notes.append(f"<{fit(labels['url'], 300)}|open the run>")
+        # a '|' in the link would end the address and become its text: percent-encoded
+        notes.append(f"<{fit(str(labels['url']).replace('|', '%7C'), 300)}|open the run>")
     if message.repeat:
         notes.append(f"reminder {message.repeat}: still firing, nothing changed since the last message")
     if message.possible_duplicate:

@@ -94,11 +94,20 @@ class Dispatcher:
         self._lock = threading.Lock()  # the router is not thread-safe; the network is never under it
         self._delivering = threading.Lock()  # one flush at a time, or an item could go out twice
         self._state_name = f"router:{notifier.name if notifier is not None else 'slack'}"
+        self._restore_later = False  # the outbox could not be read at start (a full disk)
         if restore_state:
             self._restore()
 
     def _restore(self) -> None:
-        state = self.outbox.load_state(self._state_name)
+        import sqlite3
+
+        try:
+            state = self.outbox.load_state(self._state_name)
+        except (sqlite3.Error, OSError) as exc:  # a full disk at start: restored at the first submit that can
+            log.warning("router state in %s not restored yet: %s", self.outbox.path, exc)
+            self._restore_later = True
+            return
+        self._restore_later = False
         if state is None:
             return
         try:
@@ -109,6 +118,10 @@ class Dispatcher:
     def submit(self, alerts: Iterable[Alert], now: float | None = None) -> int:
         """Route ``alerts`` and queue the resulting messages. Returns how many were new."""
         now = self.clock() if now is None else now
+        if self._restore_later:
+            self._restore()
+            if self._restore_later:  # still no outbox: the caller keeps the alerts
+                raise OSError(self.outbox.unavailable or f"the outbox {self.outbox.path} cannot be read")
         with self._lock:
             return self._route_and_commit(list(alerts), now)
 

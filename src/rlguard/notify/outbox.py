@@ -75,23 +75,45 @@ class Outbox:
     def __init__(self, path: str | Path) -> None:
         self.path = str(path)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None,
-                                   check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StateError(f"outbox schema version {version} is newer than this rlguard "
-                             f"understands ({SCHEMA_VERSION})", path=self.path)
-        self._db.executescript(_SCHEMA)
-        self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        self._conn: sqlite3.Connection | None = None
+        self.unavailable: str | None = None  # why it could not be opened yet (a full disk at start)
+        try:
+            self._connect()
+        except (sqlite3.OperationalError, OSError) as exc:
+            if "disk is full" not in str(exc) and getattr(exc, "errno", None) != 28:
+                raise
+            self.unavailable = f"the outbox {self.path} cannot be opened: the disk is full"
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None, check_same_thread=False)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise StateError(f"outbox schema version {version} is newer than this rlguard "
+                                 f"understands ({SCHEMA_VERSION})", path=self.path)
+            db.executescript(_SCHEMA)
+            db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        except BaseException:
+            db.close()
+            raise
+        self._conn, self.unavailable = db, None
+        return db
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """The connection; opened on first use when the disk was full at start (raises while it
+        still is: the caller keeps its messages, see the daemon's held alerts)."""
+        return self._conn if self._conn is not None else self._connect()
 
     def __repr__(self) -> str:
         return f"Outbox({self.path!r})"
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._conn is not None:
+                self._conn.close()
 
     def __enter__(self) -> "Outbox":
         return self

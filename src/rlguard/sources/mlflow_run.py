@@ -30,19 +30,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import sys
 from contextlib import contextmanager
 from itertools import groupby
 from typing import Iterator
 
 from ..errors import LogFormatError
-from ._common import open_regular
 from .base import LogRecord, ReadStats, Reader
+from .mlflow_points import _value, stream
 
 PREFIX = "mlflow+"
 _RUN_ID = re.compile(r"[0-9A-Za-z_-]+")
 _UI_LINK = re.compile(r"^(?P<uri>[^#]*?)/?#/experiments/[^/]+/runs/(?P<run>[^/?]+)")
-_SQL_INF = sys.float_info.max  # what SQL backends store for +-inf
 _INSTALL = "reading an MLflow tracking server needs the mlflow client: pip install 'rlguard[mlflow]'"
 #: how the client may fail fast (used only where the user has not set these variables)
 _QUICK = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
@@ -94,9 +92,12 @@ class MlflowReader(Reader):
     def records(self, path: str) -> Iterator[LogRecord]:
         self.stats = stats = ReadStats()
         path = os.fspath(path)
-        points = _server_points(path) if is_location(path) else _file_points(path, stats)
-        points.sort(key=lambda p: (p[0], p[1]))
-        stats.lines = len(points)
+        if is_location(path):
+            points = _server_points(path)
+            points.sort(key=lambda p: (p[0], p[1]))
+            stats.lines = len(points)
+        else:  # streamed: memory bounded whatever the files' sizes (see .mlflow_points)
+            points = stream(list(_metric_files(path)), stats)
         for n, (step, group) in enumerate(groupby(points, key=lambda p: p[0]), 1):
             stats.records += 1
             yield LogRecord(step, {key: value for _, _, key, value in group}, n)
@@ -126,34 +127,6 @@ def _metric_files(run_dir: str) -> Iterator[tuple[str, str]]:
         for name in names:
             full = os.path.join(folder, name)
             yield os.path.relpath(full, root).replace(os.sep, "/"), full
-
-
-def _file_points(run_dir: str, stats: ReadStats) -> list[tuple[int, int, str, float]]:
-    points = []
-    for key, full in _metric_files(run_dir):
-        try:
-            with open_regular(full) as f:
-                data = f.read()
-        except OSError as exc:
-            raise LogFormatError(f"cannot read: {exc.strerror or exc}", path=full) from None
-        lines = data.split(b"\n")
-        for lineno, line in enumerate(lines[:-1], 1):  # the last piece has no newline yet
-            parts = line.split()
-            try:
-                ts, value = int(parts[0]), _value(float(parts[1]))
-                step = int(parts[2]) if len(parts) > 2 else 0
-            except (IndexError, ValueError):
-                _bad(stats, full, lineno, f"not 'timestamp value step': {line[:60]!r}")
-                continue
-            points.append((step, ts, key, value))
-    return points
-
-
-def _bad(stats: ReadStats, path: str, line: int, reason: str) -> None:
-    stats.bad_lines += 1
-    stats.skipped_lines += 1
-    if stats.first_bad_line is None:
-        stats.first_bad_line, stats.first_bad_reason = line, f"{path}: {reason}"
 
 
 def file_store_runs(root: str, active_only: bool = True) -> list[tuple[str, str]]:
@@ -305,10 +278,6 @@ def _unique(runs: list[tuple[str, str]]) -> list[tuple[str, str]]:
     names = [name for name, _ in runs]
     return [(f"{name}-{loc.rstrip('/').rsplit('/', 1)[-1][:8]}" if names.count(name) > 1 else name, loc)
             for name, loc in runs]
-
-
-def _value(v: float) -> float:
-    return v if abs(v) != _SQL_INF else v * float("inf")
 
 
 def run_title(run: str) -> str | None:

@@ -1,0 +1,195 @@
+"""A watched run's life: live, ended, retired. Every decision here carries its reason.
+
+- **Ended** is decided from evidence in the run's own files, never from silence alone
+  (:func:`ended_evidence`): transformers' end-of-training summary record, the
+  ``rlguard/incarnation.json`` end of the bundled trainer and the callback, the run's own stop
+  record, a final checkpoint (``trainer_state.json`` at ``max_steps``), or the trainer's PID
+  file naming a process that is gone (only ``/proc`` is read). A quiet run with such evidence
+  gets no stall alert, and a stall alert already firing resolves with the evidence.
+- **History**: a run first found with files quiet for longer than ``stall_after`` ended before
+  this daemon saw it. Its records are judged for the record (``/status``, ``/metrics``), but it
+  is never acted on: no stop request, no Slack message, no stall alert.
+- **Retired**: an ended run, a run that logged nothing for ``stall_after``, or a run quiet for
+  ``retire_after`` (its stall warning resolved as "counted as ended") frees its slot under
+  ``max_runs``. Its state stays saved with the signature of its log (inode, size, mtime); it is
+  watched again, from where it was, as soon as that log changes.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+from .. import incarnation
+from . import pidproof, stops
+
+log = logging.getLogger("rlguard.daemon")
+
+
+def signature(path: str) -> list[int] | None:
+    """What tells that a log changed: [inode, size, mtime_ns]; None when it is not a regular
+    file (a directory layout, a tracking server): such runs are never retired."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    import stat
+
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    return [st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def quiet_for(path: str, now: float | None = None) -> float | None:
+    """Seconds since ``path`` was last written (None: cannot tell)."""
+    try:
+        return (time.time() if now is None else now) - os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _final_checkpoint(run_dir: str) -> str | None:
+    """transformers' ``trainer_state.json`` at ``max_steps`` (the run saved its last step)."""
+    path = os.path.join(run_dir, "trainer_state.json")
+    try:
+        if os.path.getsize(path) > 1 << 20:  # a real trainer_state.json is small; never read a big one whole
+            return None
+        with open(path, "rb") as f:
+            data = json.loads(f.read())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    step, last = data.get("global_step"), data.get("max_steps")
+    if isinstance(step, int) and isinstance(last, int) and 0 < last <= step:
+        return f"its final checkpoint (trainer_state.json at step {step} of {last})"
+    return None
+
+
+def ended_evidence(mon, pid_file: str) -> str | None:
+    """Why the run is known to have ended, or None (it may be hung: a stall)."""
+    if mon.watchdog.summaries > 0:
+        return "its end-of-training summary record"
+    if not mon.found.run_dir:
+        return None
+    rd = mon.run_dir
+    inc = incarnation.current(rd)
+    if inc is not None and inc.get("ended_step") is not None:
+        return f"rlguard/incarnation.json records its end at step {inc['ended_step']}"
+    stop = stops.stop_json(rd)
+    if stop is not None and (inc is None or stop.get("incarnation") == inc["id"]):
+        return f"its stop record (rlguard/stop.json, step {stop.get('step')})"
+    return _final_checkpoint(str(rd)) or pidproof.trainer_gone(rd, pid_file)
+
+
+def judge_quiet(mon, now: float, cfg) -> tuple[list, str | None]:
+    """At each stall check: (alerts, why the run may be retired now, or None)."""
+    info = mon.info
+    if mon.pending:
+        return [], None
+    if info.history:  # judged for the record: retired once its log is read to the end
+        return [], ("it ended before this daemon found it (history)" if mon.idle_polls >= 2 else None)
+    if not info.last_update:
+        if now - mon.found_at >= cfg.stall_after:
+            return [], f"no record in {cfg.stall_after:g} s"
+        return [], None
+    quiet = now - info.last_update
+    if quiet < cfg.stall_after:
+        return [], None
+    if info.stop_state == "requested":
+        return [], None  # its outcome (stopped or ignored) is judged by check_stopped first
+    if info.ended is None:
+        info.ended = ended_evidence(mon, cfg.stop.pid_file)
+        mon.changed = mon.changed or info.ended is not None
+    if info.ended is not None or info.stop_state in ("stopped", "ignored"):
+        why = info.ended or f"rlguard's stop request was {info.stop_state}"
+        return _unstall(mon, now, f"the run ended ({why})"), f"ended: {why}"
+    if quiet >= cfg.retire_after:
+        why = f"quiet for {quiet / 3600:.1f} h with no evidence that it ended"
+        return _unstall(mon, now, f"counted as ended: {why}"), why
+    return mon.check_stall(now, cfg.stall_after), None
+
+
+def _unstall(mon, now: float, message: str) -> list:
+    """A stall alert that is firing resolves, saying why; none was firing: nothing to say."""
+    if not mon.info.stalled:
+        return []
+    mon.info.stalled = False
+    mon.changed = True
+    alert = mon._stall_alert(now, resolved=True)
+    alert.message = message
+    return [alert]
+
+
+def history_found(mon, stall_after: float) -> bool:
+    """A new run whose log has been quiet for longer than ``stall_after``: it ended before this
+    daemon found it (a daemon pointed at a tree of old runs)."""
+    if not mon.found.run_dir:
+        return False
+    q = quiet_for(mon.log)
+    return q is not None and q > stall_after
+
+
+def still_history(mon, stall_after: float) -> bool:
+    """A history run stays one while its log stays quiet; its last update is its log's mtime."""
+    try:
+        mtime = os.stat(mon.log).st_mtime
+    except OSError:
+        return True
+    if time.time() - mtime <= stall_after:
+        return False
+    mon.info.last_update = mtime
+    return True
+
+
+# ---------------------------------------------------------------- the daemon's side
+def still_retired(daemon, found) -> bool:
+    """A retired run whose log has not changed stays retired (a stat per scan); one whose log
+    changed is watched again from its saved state."""
+    sig = daemon.retired.get(found.key)
+    if sig is None:
+        return False
+    if signature(found.log) == sig:
+        return True
+    del daemon.retired[found.key]
+    row = daemon.store.load_one(found.key) if daemon.store.db is not None else None
+    if row is not None:
+        row["info"].update(retired=None, ended=None, history=False, stalled=False)
+        daemon.saved[found.key] = row
+    log.info("%s: its log changed: watched again", found.key)
+    return False
+
+
+def make_room(daemon, found) -> bool:
+    """At ``max_runs``: a run whose log has data takes the slot of a run that logged nothing
+    (retired: watched again when it writes)."""
+    try:
+        if os.path.isfile(found.log) and os.path.getsize(found.log) == 0:
+            return False
+    except OSError:
+        return False
+    for key, mon in daemon.runs.items():
+        if mon.info.last_update or mon.pending or (signature(mon.log) or [0, 1])[1] != 0:
+            continue
+        if retire(daemon, key, f"an empty log; its slot went to {found.key}, which has records"):
+            return True
+    return False
+
+
+def retire(daemon, key: str, why: str) -> bool:
+    """Stop watching a run, its state saved with its log's signature; False when it cannot be
+    (not a plain file, alerts held in memory, or the state not writable: it stays watched)."""
+    mon = daemon.runs[key]
+    sig = signature(mon.log)
+    if sig is None or mon.run in daemon._held():
+        return False
+    mon.info.retired = sig
+    if daemon.store.db is None or not daemon._save_rows([mon.saved()]):
+        mon.info.retired = None
+        return False
+    del daemon.runs[key]
+    daemon.names.pop(mon.run, None)
+    daemon.retired[key] = sig
+    log.info("%s: retired (%s); watched again when its log changes", key, why)
+    return True
