@@ -74,6 +74,10 @@ def test_shards_split_the_runs_and_label_them(tmp_path, procs):
         s.start()
     for s in shards:
         s.wait_for(lambda s=s: "rlguard_runs_other_shards" in s.metrics(), "no shard metrics")
+    # every run read to its last step by some shard (a busy machine reads them over several polls)
+    at_5 = re.compile(r'rlguard_run_last_step\{[^}]*\} 5.0')
+    shards[0].wait_for(lambda: sum(len(at_5.findall(s.metrics())) for s in shards) >= len(dirs),
+                       "not every run read to step 5")
     seen = {}
     for i, s in enumerate(shards):
         text = s.metrics()
