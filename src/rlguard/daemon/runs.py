@@ -300,7 +300,7 @@ class RunMonitor:
         return self.path, self.run, self.tail_saved, self.watchdog.state_dict(), asdict(self.info)
 
 
-def run_name_for(path: str, taken: set[str], name: str | None = None) -> str:
+def run_name_for(path: str, taken, name: str | None = None) -> str:
     """The run's name: ``name`` (the path template's ``{run}``, or the name another shard gave
     it) or :func:`~rlguard.sources.layout.run_name` of its path; a path hash is appended when
     another run here has that name."""
