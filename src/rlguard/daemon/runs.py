@@ -100,6 +100,7 @@ class RunMonitor:
         self.last_eval = 0.0
         self.tail_saved = self.tail.state_dict()
         self.changed = False
+        self.never_saved = saved is None  # saved at its first records (see Daemon.poll)
         self.idle_polls = 0  # polls in a row that read no record
         self.found_at = time.time()
         self.not_requested: str | None = None  # why the last stop decision wrote no request
