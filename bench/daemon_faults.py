@@ -357,7 +357,8 @@ def main(argv=None) -> int:
           f"duplicated {len(dups)} (messages)")
     print(f"first delivery after the outage ended: {delay:.1f} s later; Slack received {len(slack.received)} "
           "message(s)")
-    for what, items in (("lost", sorted(lost)), ("unexpected", sorted(extra)), ("duplicated", sorted(dups))):
+    for what, items in (("lost", sorted(lost)), ("unexpected", sorted(extra)), ("duplicated", sorted(dups)),
+                        ("cleared before told", sorted(transient))):
         for it in items[:10]:
             print(f"  {what}: {it}")
     if small:

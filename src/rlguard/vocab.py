@@ -38,6 +38,24 @@ def load_alias_table(path: str | Path | None = None) -> AliasTable:
     return load_model(Path(path) if path else DEFAULT_ALIASES, AliasTable)
 
 
+_shared: dict[str, tuple] = {}  # "table": (file signature, table); "index": (table, exact, patterns)
+
+
+def default_alias_table() -> AliasTable:
+    """The shipped table, read once per process and again only when its file changes: a daemon
+    watching 5,000 runs builds 5,000 watchdogs, and parsing the YAML for each cost ~6 ms (28 s
+    of a first pass). Treated as read-only by every user."""
+    try:
+        st = DEFAULT_ALIASES.stat()
+        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        sig = None
+    hit = _shared.get("table")
+    if hit is None or sig is None or hit[0] != sig:
+        hit = _shared["table"] = (sig, load_alias_table())
+    return hit[1]
+
+
 #: W&B chart exports add min/max envelope columns next to each metric: not metrics of the run.
 WANDB_AGGREGATES = ("__MIN", "__MAX")
 
@@ -46,12 +64,23 @@ WANDB_AGGREGATES = ("__MIN", "__MAX")
 class Vocabulary:
     """Resolves raw names to canonical ones, remembering its choices for speed."""
 
-    table: AliasTable = field(default_factory=load_alias_table)
+    table: AliasTable = field(default_factory=default_alias_table)
     _exact: dict[str, tuple[str, int]] = field(default_factory=dict, init=False)
     _patterns: list[tuple[str, str, int]] = field(default_factory=list, init=False)
     _cache: dict[str, tuple[str, int] | None] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
+        index = _shared.get("index")
+        if index is not None and index[0] is self.table:  # the same (shared, read-only) table: its index too
+            self._exact, self._patterns = index[1], index[2]
+        else:
+            self._index()
+            _shared["index"] = (self.table, self._exact, self._patterns)
+        self.ignored = frozenset(self.table.ignore)
+        self._ignored_suffixes = WANDB_AGGREGATES
+        self.summary_markers = frozenset(self.table.summary_markers)
+
+    def _index(self) -> None:
         for canon, entry in self.table.canonical.items():
             self._exact.setdefault(canon, (canon, -1))
             for rank, alias in enumerate(entry.aliases):
@@ -59,9 +88,6 @@ class Vocabulary:
                     self._patterns.append((alias, canon, rank))
                 else:
                     self._exact.setdefault(alias, (canon, rank))
-        self.ignored = frozenset(self.table.ignore)
-        self._ignored_suffixes = WANDB_AGGREGATES
-        self.summary_markers = frozenset(self.table.summary_markers)
 
     def known_names(self) -> frozenset[str]:
         """Canonical names and exact aliases: the names a rule's ``metrics`` can usefully use."""

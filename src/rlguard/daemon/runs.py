@@ -100,6 +100,7 @@ class RunMonitor:
         self.last_eval = 0.0
         self.tail_saved = self.tail.state_dict()
         self.changed = False
+        self.never_saved = saved is None  # saved at its first records (see Daemon.poll)
         self.idle_polls = 0  # polls in a row that read no record
         self.found_at = time.time()
         self.not_requested: str | None = None  # why the last stop decision wrote no request
@@ -300,7 +301,7 @@ class RunMonitor:
         return self.path, self.run, self.tail_saved, self.watchdog.state_dict(), asdict(self.info)
 
 
-def run_name_for(path: str, taken: set[str], name: str | None = None) -> str:
+def run_name_for(path: str, taken, name: str | None = None) -> str:
     """The run's name: ``name`` (the path template's ``{run}``, or the name another shard gave
     it) or :func:`~rlguard.sources.layout.run_name` of its path; a path hash is appended when
     another run here has that name."""

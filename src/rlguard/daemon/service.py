@@ -121,7 +121,7 @@ class Daemon:
             own["info"].update(retired=None)
         saved, group, adopted = self.fleet.claim(found, own)
         labels = self.fleet.labels(found)
-        taken = set(self.names)
+        taken = self.names  # (a dict: a set copied per run made a first pass over 5,000 runs quadratic)
         name = saved.get("run") if saved else None
         if not name or name in taken:  # a new run, or a name another run has here: made unique
             name = run_name_for(found.key, taken, name or self.fleet.name(found, labels))
@@ -220,16 +220,23 @@ class Daemon:
                     log.warning("[%s] %s", mon.run, stopped.message)
                     alerts = alerts + [stopped]
                 self._notify(alerts)
-                if alerts:
-                    urgent.append(mon)
+                if alerts or (mon.never_saved and mon.tail_saved.get("count")):
+                    urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
         with self.lock:
             # a run that alerted is saved at once, so a crash right after does not replay it;
             # the others wait for the periodic save (a replay is harmless: notifications are
             # keyed and stop requests idempotent). A run whose alerts are held in memory is
             # not saved past them (see _held)
+            # a run read for the first time is saved at once too (one write per run that has a
+            # record, none for empty ones): a restart that finds no saved state reads the log as
+            # a new run, and a log rotated meanwhile then starts mid-run ("at start" false
+            # alarms, the steps before the rotation never judged)
             held = self._held()
-            self._save_rows([m.saved() for m in urgent if m.run not in held])
+            first = [m for m in urgent if m.run not in held]
+            if self._save_rows([m.saved() for m in first]):
+                for m in first:
+                    m.never_saved = False
             self.fleet.publish_queued(self)  # before any message queued in this pass may leave
             self.last_poll = now
             self.first_pass_done = True

@@ -34,11 +34,12 @@ stored by the daemon after each poll, so a restarted daemon continues where it s
 """
 from __future__ import annotations
 
+import copy
 import hashlib
 import os
 import stat
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 
 from ..errors import LogFormatError
 from ..sources import detect_format, open_reader
@@ -221,6 +222,7 @@ class FileTail:
                 drained = self._drain_rotated(reader, out)
             else:
                 out.events.append("truncated")
+                drained = self._drain_rotated(reader, out, copied=True)
             self._restart(info.st_ino)
         st = self.state
         with open_regular(st.path) as f:  # swapped for a FIFO since the stat: refused, never blocks
@@ -234,8 +236,7 @@ class FileTail:
             data = f.read(k + self.max_bytes)
             if k and _hash(data[:k]) != st.anchor:
                 out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
-                if info.st_ino != st.inode:
-                    drained = self._drain_rotated(reader, out)
+                drained = self._drain_rotated(reader, out, copied=info.st_ino == st.inode)
                 self._restart(info.st_ino)
                 st, k = self.state, 0
                 f.seek(0)
@@ -266,15 +267,20 @@ class FileTail:
         out.bad += got.bad
         out.records = drained + self._deliver(got.records, out, done=not st.more and new_offset >= info.st_size)
 
-    def _drain_rotated(self, reader: Reader, out: Poll) -> list[LogRecord]:
+    def _drain_rotated(self, reader: Reader, out: Poll, copied: bool = False) -> list[LogRecord]:
         """Lines appended to a log just before it was renamed away (logrotate's ``mv log
-        log.1``) are read from the renamed file, found by its inode in the same directory."""
+        log.1``) are read from the renamed file, found by its inode in the same directory; lines
+        appended before it was truncated (``copytruncate``: copied, then emptied in place) from
+        the copy, found by its content (``copied``): a longer file whose first bytes and bytes
+        before the offset are the ones read. Without this, a daemon that polls after the copy
+        (a restart, a slow pass) never judges those steps."""
         st = self.state
         folder = os.path.dirname(st.path) or "."
         try:
             with os.scandir(folder) as it:
-                old = next((e.path for e in it if e.is_file(follow_symlinks=False)
-                            and e.inode() == st.inode and e.path != st.path), None)
+                old = (self._find_copy(it) if copied else
+                       next((e.path for e in it if e.is_file(follow_symlinks=False)
+                             and e.inode() == st.inode and e.path != st.path), None))
         except OSError:
             return []
         if old is None:
@@ -294,10 +300,33 @@ class FileTail:
         if not got.records:
             return []
         out.events.append(f"read {len(got.records)} record(s) appended to {os.path.basename(old)} before "
-                          "it was renamed")
+                          f"it was {'copied and truncated' if copied else 'renamed'}")
         out.bad += got.bad
         st.context = got.context
         return self._deliver(got.records, out, done=True)
+
+    def _find_copy(self, entries, limit: int = 256) -> str | None:
+        """A regular file beside the log, longer than the offset, that starts with the bytes
+        read first (``head``); at most ``limit`` candidates are opened (one small read each)."""
+        st = self.state
+        k = min(st.offset, ANCHOR)
+        if not k or st.head is None:
+            return None
+        for e in entries:
+            if e.path == st.path or not e.is_file(follow_symlinks=False):
+                continue
+            try:
+                if e.stat(follow_symlinks=False).st_size <= st.offset:
+                    continue
+                limit -= 1
+                with open_regular(e.path) as f:
+                    if _hash(f.read(k)) == st.head:
+                        return e.path
+            except (OSError, LogFormatError):
+                continue
+            if limit <= 0:
+                return None
+        return None
 
     def _release_if_settled(self, reader: Reader, info: os.stat_result, out: Poll) -> list[LogRecord]:
         """The step held back, once the file has not changed for ``settle`` seconds."""
@@ -410,7 +439,12 @@ class FileTail:
         return kept
 
     def state_dict(self) -> dict:
-        return asdict(self.state)
+        """A copy (what is saved must not change with the tail): its plain fields, and its two
+        containers copied (``asdict``'s recursive walk was 1.6 s of a first pass over 5,000 runs)."""
+        d = dict(vars(self.state))
+        d["context"] = copy.deepcopy(d["context"]) if d["context"] else {}
+        d["sig"] = list(d["sig"]) if d["sig"] is not None else None
+        return d
 
 
 def _migrate(old: dict) -> dict:
