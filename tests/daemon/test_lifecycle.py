@@ -99,14 +99,19 @@ def test_a_tree_of_old_runs_is_judged_for_the_record_and_never_acted_on(tmp_path
     assert d.stop() == 0
 
 
+def empty_logs(runs, names):
+    """One empty metrics.jsonl per name under ``runs``: a run dir with a log and no record."""
+    for name in names:
+        (runs / name).mkdir(parents=True)
+        (runs / name / "metrics.jsonl").write_bytes(b"")
+    return runs
+
+
 def test_empty_logs_never_take_the_slot_of_a_run_with_records(tmp_path, daemon_factory):
     """max_runs full of empty *.jsonl files: the run that then logs a NaN is watched (an empty
     log gives it its slot) and its alert fires; runs refused are named and /healthz says it."""
     d = daemon_factory("--config", config(tmp_path, "max_runs: 20\nstall_after: 3600\n")).start()
-    runs = tmp_path / "runs"
-    for i in range(25):
-        (runs / f"empty{i:02d}").mkdir(parents=True)
-        (runs / f"empty{i:02d}" / "metrics.jsonl").write_bytes(b"")
+    runs = empty_logs(tmp_path / "runs", [f"empty{i:02d}" for i in range(25)])
     d.wait_for(lambda: gauge(d, "rlguard_runs_dropped_total") == 5, "the cap was not reached")
     body = healthz_body(d)
     assert body["status"] == "degraded" and "max_runs (20)" in " ".join(body["problems"])
@@ -123,10 +128,7 @@ def test_runs_with_no_record_do_not_hold_slots_for_ever(tmp_path, daemon_factory
     """Empty logs are retired after stall_after, the ones refused at the cap then get their turn,
     and /healthz says ok again once no run is refused."""
     d = daemon_factory("--config", config(tmp_path, "max_runs: 4\nstall_after: 2\n")).start()
-    runs = tmp_path / "runs"
-    for i in range(6):
-        (runs / f"e{i}").mkdir(parents=True)
-        (runs / f"e{i}" / "metrics.jsonl").write_bytes(b"")
+    empty_logs(tmp_path / "runs", [f"e{i}" for i in range(6)])
     d.wait_for(lambda: gauge(d, "rlguard_runs_dropped_total") == 2, "the cap was not reached")
     d.wait_for(lambda: gauge(d, "rlguard_runs_retired") == 6, "empty logs hold their slots", 60)
     d.wait_for(lambda: healthz_body(d).get("status") == "ok", "healthz did not recover once every run had a slot")
