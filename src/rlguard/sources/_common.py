@@ -136,15 +136,10 @@ class _Bounded(io.RawIOBase):
             return b"\x00\n"
         return line
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[bytes]:
         if self.raw is None:  # a plain file: no inflation to watch, so lines are cut in bulk
-            yield from _bulk_lines(self.f.read)
-            return
-        while True:
-            line = self.readline()
-            if not line:
-                return
-            yield line
+            return _bulk_lines(self.f.read)
+        return iter(self.readline, b"")
 
     def close(self) -> None:
         self.f.close()
