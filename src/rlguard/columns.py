@@ -10,6 +10,7 @@ from __future__ import annotations
 import fnmatch
 from collections import defaultdict
 from itertools import chain
+from operator import attrgetter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -99,15 +100,13 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
     """
     n = len(records)
     try:
-        steps_all = np.fromiter((r.step for r in records), dtype=np.int64, count=n)
+        steps_all = np.fromiter(map(_STEP, records), dtype=np.int64, count=n)
     except (OverflowError, TypeError):  # a step no reader should have let through: clamp it
         steps_all = np.array([min(max(int(r.step), 0), MAX_STEP) if isinstance(r.step, int) else 0
                               for r in records], dtype=np.int64)
     drop = _duplicates(records, steps_all, prev)
     keys: set[str] = set()
-    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
-    for i, rec in enumerate(records):
-        groups[tuple(rec.metrics)].append(i)
+    groups = _group_by_keys(records)
     quanta = _quanta(records)
     out = Chunked({}, duplicates=len(drop))
     for kt in list(groups):
@@ -127,7 +126,8 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
         if not idxs:
             continue
         last_index = max(last_index, idxs[-1])
-        flat = chain.from_iterable(records[i].metrics.values() for i in idxs)
+        rows = records if len(idxs) == n else map(records.__getitem__, idxs)
+        flat = chain.from_iterable(map(dict.values, map(_METRICS, rows)))
         mat = np.fromiter(flat, dtype=float, count=len(idxs) * len(kt)).reshape(len(idxs), len(kt))
         idx = np.asarray(idxs, dtype=np.int64)
         by_name: dict[str, list[int]] = defaultdict(list)
@@ -140,7 +140,7 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
         for name, cols in by_name.items():
             vals = mat[:, cols[0]] if len(cols) == 1 else mat[:, cols].mean(axis=1)
             parts[name].append((idx, vals))
-    lines_all = np.fromiter((r.line for r in records), dtype=np.int64, count=n)
+    lines_all = np.fromiter(map(_LINE, records), dtype=np.int64, count=n)
     for name, plist in parts.items():
         if len(plist) == 1:
             idx, vals = plist[0]
@@ -162,6 +162,22 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
         out.columns[name] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(name, 0.0))
     out.last = records[last_index] if last_index >= 0 else prev
     return out
+
+
+_STEP, _LINE, _METRICS = attrgetter("step"), attrgetter("line"), attrgetter("metrics")
+
+
+def _group_by_keys(records: list[LogRecord]) -> dict[tuple[str, ...], list[int]]:
+    """Record indices by key tuple, in first-seen order. A chunk whose records all log the same
+    keys in the same order (the common case) is recognised by C-level comparisons alone."""
+    keys = list(map(tuple, map(_METRICS, records)))
+    groups: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    if keys and keys.count(keys[0]) == len(keys):
+        groups[keys[0]] = list(range(len(keys)))
+        return groups
+    for i, kt in enumerate(keys):
+        groups[kt].append(i)
+    return groups
 
 
 def _resolve_nulls(idx: np.ndarray, vals: np.ndarray,
