@@ -1,9 +1,10 @@
 """Start-up of ``rlguard check`` on a small log, two source trees side by side.
 
-    .venv/bin/python bench/check_startup.py [--log FILE] [--base /work/main/src] [-n 7]
+    .venv/bin/python bench/check_startup.py [--log FILE] [--base OTHER_CHECKOUT/src] [-n 7]
 
 Runs ``python -m rlguard check LOG --format json`` as a fresh process, alternating this tree's
-``src`` and ``--base`` (default: the main checkout's), ``-n`` times each, and prints the median
+``src`` and ``--base`` (another checkout's ``src``, e.g. a ``git worktree`` of the commit to
+compare with; without it only this tree is timed), ``-n`` times each, and prints the median
 wall and CPU (user + sys) seconds of each, their ratio, and which of scipy, ruptures and
 matplotlib each one imported. Bytecode caching follows the environment
 (``PYTHONDONTWRITEBYTECODE``): run twice to time warm ``.pyc`` files.
@@ -43,10 +44,12 @@ def one(src: Path, log: Path) -> tuple[float, float, list[str]]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--log", type=Path, default=ROOT / "tests" / "corpus" / "data" / "beta_collapse_flat.jsonl")
-    ap.add_argument("--base", type=Path, default=Path("/work/main/src"))
+    ap.add_argument("--base", type=Path, help="another checkout's src to time alternately (a ratio)")
     ap.add_argument("-n", type=int, default=7)
     args = ap.parse_args(argv)
-    trees = {"this": ROOT / "src", "base": args.base}
+    trees = {"this": ROOT / "src"} | ({"base": args.base} if args.base else {})
+    if args.base and not (args.base / "rlguard").is_dir():
+        ap.error(f"--base {args.base}: no rlguard package there (give a checkout's src folder)")
     res: dict[str, list] = {k: [] for k in trees}
     for _ in range(args.n):
         for k, src in trees.items():
@@ -56,9 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         cpu = statistics.median(r[1] for r in rows)
         print(f"{k:5} {trees[k]}: wall {wall:.3f} s, cpu {cpu:.3f} s (median of {args.n}); "
               f"imported: {' '.join(rows[-1][2]) or 'none of ' + '/'.join(HEAVY)}")
-    w = [statistics.median(r[0] for r in res[k]) for k in trees]
-    c = [statistics.median(r[1] for r in res[k]) for k in trees]
-    print(f"this/base: wall {w[0] / w[1]:.2f}x, cpu {c[0] / c[1]:.2f}x  ({args.log.name})")
+    if len(trees) == 2:
+        w = [statistics.median(r[0] for r in res[k]) for k in trees]
+        c = [statistics.median(r[1] for r in res[k]) for k in trees]
+        print(f"this/base: wall {w[0] / w[1]:.2f}x, cpu {c[0] / c[1]:.2f}x  ({args.log.name})")
     return 0
 
 

@@ -5,7 +5,7 @@ Builds ``--runs`` empty ``run*/metrics.jsonl`` under a temp dir, then times one 
 discover + poll + save of a fresh :class:`~rlguard.daemon.service.Daemon` (its first pass), and
 a second poll. Compare two trees in one command by running it under each ``PYTHONPATH``:
 
-    for t in /work/main /work/wt-h6; do PYTHONPATH=$t/src python bench/daemon_first_pass.py; done
+    for t in ../rlguard-before .; do PYTHONPATH=$t/src python bench/daemon_first_pass.py; done
 """
 from __future__ import annotations
 
