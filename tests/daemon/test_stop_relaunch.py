@@ -1,4 +1,4 @@
-"""A stop dies with its run (issue 21), with `rlguard daemon` beside the run as the README
+"""A stop dies with its run (issue 21), with `rlguard daemon` beside the run as docs/daemon.md
 suggests: a real `trl.GRPOTrainer` with RLGuardCallback and the bundled trainer each stop
 (keeping a checkpoint from before the incident, saving none inside it), the daemon's request
 (or the one a slower daemon would write after the stop) names that run's incarnation, and a
