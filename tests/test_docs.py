@@ -100,36 +100,51 @@ def _program_line(text: str) -> str | None:
     return None
 
 
+def _block_commands(block: list[tuple[int, str]], indent: int) -> list[tuple[int, str]]:
+    """Commands of one fenced block. In a block with a `$ ` prompt only prompted lines are
+    commands (the rest is their output); elsewhere a line at the block's indentation starts a
+    command, and deeper lines (or lines after a trailing backslash) continue it."""
+    prompted = any(raw.lstrip().startswith("$ ") for _, raw in block)
+    out: list[tuple[int, str]] = []
+    current: tuple[int, str] | None = None
+    for n, raw in block:
+        text = _strip_comment(raw)
+        deeper = len(raw) - len(raw.lstrip()) > indent
+        continued = current is not None and current[1].rstrip().endswith("\\")
+        if current and (continued or (deeper and not prompted)):
+            if text.strip():
+                current = (current[0], current[1].rstrip().rstrip("\\").rstrip() + " " + text.strip())
+            continue
+        if current:
+            out.append(current)
+        starts = not deeper and (not prompted or raw.lstrip().startswith("$ "))
+        cmd = _program_line(text) if starts else None
+        current = (n, cmd) if cmd else None
+    if current:
+        out.append(current)
+    return out
+
+
 def command_lines(path: Path) -> list[tuple[int, str]]:
     """(line number, command) for every command of ours the file writes."""
     out: list[tuple[int, str]] = []
-    fenced, indent = False, 0
-    current: tuple[int, str] | None = None
+    block: list[tuple[int, str]] | None = None
+    indent = 0
     for n, raw in enumerate(path.read_text().splitlines(), 1):
         if _FENCE.match(raw):
-            if current:
-                out.append(current)
-            current, fenced = None, not fenced
-            indent = len(raw) - len(raw.lstrip())  # a block inside a list item is indented
+            if block is None:
+                block, indent = [], len(raw) - len(raw.lstrip())  # a block in a list item is indented
+            else:
+                out += _block_commands(block, indent)
+                block = None
             continue
-        if fenced:
-            text = _strip_comment(raw)
-            deeper = len(raw) - len(raw.lstrip()) > indent  # a continuation, or program output
-            if current and (deeper or current[1].rstrip().endswith("\\")):
-                if text.strip():
-                    current = (current[0], current[1].rstrip().rstrip("\\").rstrip() + " " + text.strip())
-                continue
-            if current:
-                out.append(current)
-            cmd = None if deeper else _program_line(text)
-            current = (n, cmd) if cmd else None
+        if block is not None:
+            block.append((n, raw))
             continue
         for span in _INLINE.findall(raw):
             cmd = _program_line(span)
             if cmd:
                 out.append((n, cmd))
-    if current:
-        out.append(current)
     return out
 
 
@@ -228,12 +243,17 @@ def test_command_extraction_sees_usage_blocks_and_inline_code(tmp_path):
     page.write_text("\n".join([
         "Run `rlguard check --format json` or `pip install -e .` and `rlguard/stop.json`.",
         "```",
-        "$ rlguard daemon --watch DIR   # --not-a-flag in a comment",
+        "rlguard daemon --watch DIR   # --not-a-flag in a comment",
         "                 [--shard I/N]",
         "PYTHONPATH=x rlguard-train --output-dir D \\",
         "    --seed 1",
         "accelerate launch --config_file c.yaml -m rlguard_trainer.cli --max-steps 3",
         "make demo",
+        "```",
+        "```",
+        "$ rlguard check run.jsonl",
+        "rlguard check: run.jsonl (jsonl, 4 records)",
+        "  incident 1: ...",
         "```",
     ]))
     assert command_lines(page) == [
@@ -241,6 +261,7 @@ def test_command_extraction_sees_usage_blocks_and_inline_code(tmp_path):
         (3, "rlguard daemon --watch DIR [--shard I/N]"),
         (5, "rlguard-train --output-dir D --seed 1"),
         (7, "rlguard-train --max-steps 3"),
+        (11, "rlguard check run.jsonl"),
     ]
     known = cli_commands()
     assert resolve("rlguard rules detectors --format json", known)[0] == ("rlguard", "rules", "detectors")
