@@ -31,7 +31,7 @@ from .detectors import DETECTORS
 from .errors import RuleError
 from .paths import DEFAULT_PACK
 from .ruletext import render, rule_values
-from .yamlpos import Origin, load_yaml_with_positions, validate_located
+from .yamlpos import Origin, error_location, load_yaml_with_positions, validate_located
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
 _KIND = re.compile(r"^[a-z][a-z0-9_]{1,47}$")
@@ -293,8 +293,11 @@ def load_pack(path: str | Path) -> RulePack:
     includes = validate_located(data, _Includes, str(path), root).include
     parts: list[tuple[str, Any, int]] = []  # (file, YAML root, index there) of each included rule
     rules: list[Any] = []
-    for name in includes:
+    for i, name in enumerate(includes):
         file = path.parent / name
+        if not file.is_file():
+            line, field = error_location(root, ["include", i])
+            raise RuleError(f"included file not found: {file}", path=str(path), line=line, field=field)
         part, part_root = load_yaml_with_positions(file)
         for j, rule in enumerate(validate_located(part, _RuleFileShape, str(file), part_root).rules):
             parts.append((str(file), part_root, j))

@@ -10,7 +10,8 @@ cannot drift from the numbers that decide. A placeholder names one of the rule's
 
 and may say how to write it: ``{x}`` as a number (``1,000``, ``0.6926``, ``1e-6``), ``{x:%}``
 as a percentage (0.05: ``5%``), ``{x:e}`` in scientific notation (0.001: ``1e-3``), ``{x:w}``
-as a word up to twelve (3: ``three``), ``{x:inv}`` as its inverse (a ratio of 0.05: ``20``).
+as a word up to twelve (3: ``three``), ``{x:inv}`` as its inverse (a ratio of 0.05: ``20``),
+``{x:.1f}`` with that many decimals (1.0: ``1.0``).
 ``{{`` and ``}}`` are literal braces. Nothing is evaluated: a name is looked up, never run.
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, Callable
 _PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([^{}:]*)(?::([^{}]*))?\}|[{}]")
 _WORDS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
           "eleven", "twelve")
+_FIXED = re.compile(r"^\.(\d)f$")
 RULE_FIELDS = ("for", "for_steps", "for_min", "warmup_steps", "min_samples", "cooldown")
 
 
@@ -78,9 +80,10 @@ def render(template: str, values: dict[str, Any]) -> str:
         name, spec = m.group(1).strip(), (m.group(2) or "").strip()
         if name not in values:
             raise ValueError(f"unknown placeholder {{{name}}}; this rule has: {', '.join(sorted(values))}")
-        if spec not in FORMATS:
+        fixed = _FIXED.match(spec)
+        if spec not in FORMATS and not fixed:
             raise ValueError(f"unknown format {spec!r} in {whole}; formats: "
-                             + ", ".join(repr(f) for f in FORMATS))
+                             + ", ".join(repr(f) for f in FORMATS) + ", '.Nf'")
         value = values[name]
         if value is None and spec == "":
             return "unset"
@@ -89,7 +92,7 @@ def render(template: str, values: dict[str, Any]) -> str:
                 return str(value)
             raise ValueError(f"{whole}: {name} is {value!r}, not a number")
         try:
-            return FORMATS[spec](value)
+            return f"{value:.{fixed.group(1)}f}" if fixed else FORMATS[spec](value)
         except ValueError as exc:
             raise ValueError(f"{whole}: {exc}") from None
     return _PLACEHOLDER.sub(one, template)
