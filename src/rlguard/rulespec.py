@@ -37,6 +37,7 @@ _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
 _KIND = re.compile(r"^[a-z][a-z0-9_]{1,47}$")
 _URL = re.compile(r"^https?://[^\s]+$")
 _INCLUDE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.ya?ml$")
+_UP = r"(^|/)\.\.(/|$)"  # a '..' part: an include stays below the pack's folder
 #: the kinds rlguard's own packs use; a custom pack may name its own (same spelling rules)
 KNOWN_KINDS = frozenset(k.value for k in Kind)
 
@@ -201,11 +202,14 @@ class RulePack(BaseModel):
     checkpoint_on_best: list[CheckpointOnBest] = []
     include: list[str] = Field([], description=(
         "files of rules (a mapping with only `rules:`), relative to this file and below its folder; "
-        "their rules come first, in this order, then the pack's own"))
+        "their rules come first, in this order, then the pack's own"),
+        json_schema_extra={"items": {"type": "string", "pattern": _INCLUDE.pattern, "not": {"pattern": _UP}}})
     rules: list[Rule] = Field([], description="the pack's own rules (a pack has rules:, include: or both)")
     hints: dict[str, str] = Field({}, description=(
         "kind -> what to check first: the `hint` annotation of every rule of that kind that gives "
-        "none (a rule's own annotations.hint wins)"))
+        "none (a rule's own annotations.hint wins)"),
+        json_schema_extra={"propertyNames": {"pattern": _KIND.pattern}, "additionalProperties": {
+            "type": "string", "pattern": r"\S"}})
 
     @model_validator(mode="before")
     @classmethod
@@ -277,7 +281,7 @@ class _Includes(BaseModel):
 
 def _valid_includes(v: list[str]) -> list[str]:
     for i, name in enumerate(v):
-        if not _INCLUDE.match(name) or ".." in name.split("/"):
+        if not _INCLUDE.match(name) or re.search(_UP, name):
             raise ValueError(f"@{i}: {name!r}: an include is a .yaml/.yml file relative to the pack "
                              "and below its folder (letters, digits, '_', '-', '.', '/'; no '..')")
         if name in v[:i]:
@@ -337,7 +341,8 @@ def rule_files(paths: list[str | Path] | None) -> list[Path]:
         if p.is_dir():
             found = sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and _is_pack(x))
             if not found:
-                raise RuleError("no rule packs (YAML files with 'rules:') in folder", path=str(p))
+                raise RuleError("no rule packs (YAML files with apiVersion: and rules: or include:) in folder",
+                                path=str(p))
             out.extend(found)
         elif p.exists():
             out.append(p)
@@ -347,11 +352,13 @@ def rule_files(paths: list[str | Path] | None) -> list[Path]:
 
 
 def _is_pack(path: Path) -> bool:
+    """A pack names its apiVersion and has rules: or include: at the top level (a file of rules
+    that a pack includes has no apiVersion)."""
     try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+        head = path.read_text(encoding="utf-8", errors="replace")[:65536]
     except OSError:
         return False
-    return "apiVersion" in head and ("rules:" in head or "include:" in head)
+    return "apiVersion" in head and ("rules:" in head or re.search(r"^include:", head, re.M) is not None)
 
 
 def load_packs(paths: list[str | Path] | None = None, with_default: bool = False) -> list[RulePack]:
