@@ -92,7 +92,7 @@ class Rule(BaseModel):
     action: Action = Action.ALERT
     description: str = Field(min_length=20, description=(
         "what fires, in words: 20 characters at the least; the rule's numbers as placeholders filled "
-        "from it: {window}, {max_ratio:%}, {for:w}, {guards.0.below} (formats: none, %, e, w, inv)"))
+        "from it: {window}, {max_ratio:%}, {for:w}, {guards.0.below} (formats: none, %, e, w, inv, .Nf; see ruletext)"))
     assumes: str = ""
     false_positives: list[str] = []
     metrics: list[str] = Field(min_length=1)
@@ -238,7 +238,7 @@ class RulePack(BaseModel):
         seen: dict[str, int] = {}
         for i, r in enumerate(self.rules):
             if r.id in seen:
-                raise ValueError(f"@rules.{i}.id: duplicate rule id {r.id!r} (also rules[{seen[r.id]}])")
+                raise ValueError(f"@rules.{i}.id: duplicate rule id {r.id!r} (an earlier rule of the pack has it)")
             seen[r.id] = i
         kinds = {r.kind for r in self.rules}
         for kind in self.hints:

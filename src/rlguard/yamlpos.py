@@ -31,7 +31,7 @@ M = TypeVar("M", bound=BaseModel)
 Origin = tuple[str, "yaml.Node | None", list[Any]]
 #: a validator that knows which field it is about may start its message with ``@field.path: ``
 #: (list indexes as numbers): the error then points at that field's line
-_AT_FIELD = re.compile(r"^@([A-Za-z_][\w-]*(?:\.[\w-]+)*): ")
+_AT_FIELD = re.compile(r"^@([^:]+?): ")
 
 
 def load_model(path: str | Path, model: type[M],
