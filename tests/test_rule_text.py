@@ -245,3 +245,14 @@ def test_a_folder_of_packs_skips_the_files_they_include(tmp_path):
     packs = load_packs([tmp_path], with_default=True)
     assert [p.pack for p in packs] == ["default", "team"]
     assert {"T-KL-HIGH", "RLG-KL-HIGH"} <= {r.id for p in packs for r in p.rules}
+
+
+def test_a_file_of_rules_alone_is_checked_and_named_for_what_it_is(tmp_path):
+    make(tmp_path)
+    with pytest.raises(RuleError, match="a file of rules that a pack includes") as ei:
+        load_pack(tmp_path / "rules" / "kl.yaml")
+    assert ei.value.path == str(tmp_path / "rules" / "kl.yaml")
+    (tmp_path / "rules" / "kl.yaml").write_text(PART.replace("detector: threshold", "detector: thresh", 1))
+    with pytest.raises(RuleError, match="unknown detector 'thresh'") as ei:
+        load_pack(tmp_path / "rules" / "kl.yaml")
+    assert (ei.value.line, ei.value.field) == (7, "rules[0].detector (rule T-KL-HIGH)")

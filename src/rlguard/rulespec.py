@@ -294,6 +294,10 @@ def load_pack(path: str | Path) -> RulePack:
     file (the included one where the problem is), the line and the field."""
     path = Path(path)
     data, root = load_yaml_with_positions(path)
+    if isinstance(data, dict) and set(data) == {"rules"}:  # a file of rules, without its pack
+        validate_located(data, RuleFile, str(path), root, _field_with_rule_id)
+        raise RuleError("a file of rules that a pack includes (only rules:), not a pack; its rules "
+                        "validate: load the pack that includes it", path=str(path), line=1)
     includes = validate_located(data, _Includes, str(path), root).include
     parts: list[tuple[str, Any, int]] = []  # (file, YAML root, index there) of each included rule
     rules: list[Any] = []
