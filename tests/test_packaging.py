@@ -18,6 +18,8 @@ def test_wheel_contains_the_rules(tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {"rlguard/rules/default.yaml", "rlguard/rules/aliases.yaml", "rlguard/rules/rules.schema.json"} <= names
     assert any(n.startswith("rlguard/rules/tests/") for n in names)
+    parts = {f"rlguard/rules/default/{p.name}" for p in (ROOT / "rules" / "default").glob("*.yaml")}
+    assert parts and parts <= names  # the files of rules the default pack includes
     assert "rlguard/detectors/base.py" in names and "rlguard_trainer/loop.py" in names
     meta = next(n for n in names if n.endswith("METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()

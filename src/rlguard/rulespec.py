@@ -6,9 +6,13 @@ A pack is a YAML file::
     pack: default
     version: 2026.11.0
     checkpoint_on_best: [{metric: val_reward, mode: max}, {metric: val_loss, mode: min}]
-    rules:
+    hints:                               # kind -> what to check first, for its rules that give none
+      nonfinite: Find the first non-finite metric; ...
+    include: [default/nonfinite.yaml]    # files of rules (only `rules:`), relative to this file
+    rules:                               # the pack's own rules, after the included ones
       - id: RLG-NONFINITE-LOSS
         kind: nonfinite
+        description: A loss is NaN on {for:w} records in a row.   # numbers from the rule (ruletext)
         ...
 
 Rule text is never evaluated: a detector is chosen by name from a registry and its
@@ -26,11 +30,14 @@ from .alerts import Action, Kind, Severity
 from .detectors import DETECTORS
 from .errors import RuleError
 from .paths import DEFAULT_PACK
-from .yamlpos import load_model
+from .ruletext import render, rule_values
+from .yamlpos import Origin, error_location, load_yaml_with_positions, validate_located
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
 _KIND = re.compile(r"^[a-z][a-z0-9_]{1,47}$")
 _URL = re.compile(r"^https?://[^\s]+$")
+_INCLUDE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./-]*\.ya?ml$")
+_UP = r"(^|/)\.\.(/|$)"  # a '..' part: an include stays below the pack's folder
 #: the kinds rlguard's own packs use; a custom pack may name its own (same spelling rules)
 KNOWN_KINDS = frozenset(k.value for k in Kind)
 
@@ -83,7 +90,9 @@ class Rule(BaseModel):
         "experimental", description="stable | test | experimental | deprecated; omitted: experimental")
     severity: Severity
     action: Action = Action.ALERT
-    description: str = Field(min_length=20, description="what fires, in words: 20 characters at the least")
+    description: str = Field(min_length=20, description=(
+        "what fires, in words: 20 characters at the least; the rule's numbers as placeholders filled "
+        "from it: {window}, {max_ratio:%}, {for:w}, {guards.0.below} (formats: none, %, e, w, inv, .Nf; see ruletext)"))
     assumes: str = ""
     false_positives: list[str] = []
     metrics: list[str] = Field(min_length=1)
@@ -164,32 +173,155 @@ class Rule(BaseModel):
             raise ValueError(f"{where}: {err['msg']} (detector {det.name} takes: {known})") from None
         return v
 
+    @model_validator(mode="after")
+    def _fill_description(self) -> "Rule":
+        fields = {"for": self.for_, **self.model_dump(include={"for_steps", "for_min", "warmup_steps",
+                                                                  "min_samples", "cooldown"})}
+        values = rule_values(self.detector_params().model_dump(), fields,
+                             [g.model_dump() for g in self.guards])
+        try:
+            self.description = render(self.description, values)
+        except ValueError as exc:
+            raise ValueError(f"@description: {exc}") from None
+        return self
+
     def detector_params(self) -> BaseModel:
         return DETECTORS[self.detector].Params.model_validate(self.params)
 
 
 class RulePack(BaseModel):
+    """A versioned pack: its rules (its own and those of the files it includes, in that order:
+    included first) and the hint of each kind, which every rule of the kind that states no
+    ``annotations.hint`` carries once loaded."""
+
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     api_version: Literal["rlguard/v1"] = Field(alias="apiVersion")
     pack: str
     version: str
     description: str = ""
     checkpoint_on_best: list[CheckpointOnBest] = []
-    rules: list[Rule]
+    include: list[str] = Field([], description=(
+        "files of rules (a mapping with only `rules:`), relative to this file and below its folder; "
+        "their rules come first, in this order, then the pack's own"),
+        json_schema_extra={"items": {"type": "string", "pattern": _INCLUDE.pattern, "not": {"pattern": _UP}}})
+    rules: list[Rule] = Field([], description="the pack's own rules (a pack has rules:, include: or both)")
+    hints: dict[str, str] = Field({}, description=(
+        "kind -> what to check first: the `hint` annotation of every rule of that kind that gives "
+        "none (a rule's own annotations.hint wins)"),
+        json_schema_extra={"propertyNames": {"pattern": _KIND.pattern}, "additionalProperties": {
+            "type": "string", "pattern": r"\S"}})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _rules_or_include(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "rules" not in data and not data.get("include"):
+            raise ValueError("@rules: field required (a pack has rules:, include: or both)")
+        return data
+
+    @field_validator("include")
+    @classmethod
+    def _check_include(cls, v: list[str]) -> list[str]:
+        return _valid_includes(v)
+
+    @field_validator("hints")
+    @classmethod
+    def _check_hints(cls, v: dict[str, str]) -> dict[str, str]:
+        for kind, hint in v.items():
+            if not _KIND.match(kind):
+                raise ValueError(f"@{kind}: {kind!r} is not a kind (lower-case letters, digits and '_')")
+            if not hint.strip():
+                raise ValueError(f"@{kind}: an empty hint")
+        return v
 
     @model_validator(mode="after")
-    def _unique_ids(self) -> "RulePack":
-        seen: set[str] = set()
-        for r in self.rules:
+    def _ids_kinds_hints(self) -> "RulePack":
+        seen: dict[str, int] = {}
+        for i, r in enumerate(self.rules):
             if r.id in seen:
-                raise ValueError(f"duplicate rule id {r.id!r}")
-            seen.add(r.id)
+                raise ValueError(f"@rules.{i}.id: duplicate rule id {r.id!r} (an earlier rule of the pack has it)")
+            seen[r.id] = i
+        kinds = {r.kind for r in self.rules}
+        for kind in self.hints:
+            if kind not in kinds:
+                import difflib
+
+                close = difflib.get_close_matches(kind, sorted(kinds), n=1)
+                raise ValueError(f"@hints.{kind}: no rule of this pack has kind {kind!r}"
+                                 + (f"; did you mean {close[0]!r}?" if close else ""))
+        self.rules = [r if "hint" in r.annotations or r.kind not in self.hints else
+                      r.model_copy(update={"annotations": {"hint": self.hints[r.kind], **r.annotations}})
+                      for r in self.rules]
         return self
 
 
+class RuleFile(BaseModel):
+    """A file of rules that a pack includes: ``rules:`` and nothing else (the version, the hints
+    and the checkpoint metrics are the including pack's)."""
+
+    model_config = ConfigDict(extra="forbid")
+    rules: list[Rule]
+
+
+class _RuleFileShape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rules: list[Any]
+
+
+class _Includes(BaseModel):
+    """What a pack includes, checked before any included file is read."""
+
+    model_config = ConfigDict(extra="ignore")
+    include: list[str] = []
+
+    @field_validator("include")
+    @classmethod
+    def _check_include(cls, v: list[str]) -> list[str]:
+        return _valid_includes(v)
+
+
+def _valid_includes(v: list[str]) -> list[str]:
+    for i, name in enumerate(v):
+        if not _INCLUDE.match(name) or re.search(_UP, name):
+            raise ValueError(f"@{i}: {name!r}: an include is a .yaml/.yml file relative to the pack "
+                             "and below its folder (letters, digits, '_', '-', '.', '/'; no '..')")
+        if name in v[:i]:
+            raise ValueError(f"@{i}: {name!r} is included twice")
+    return v
+
+
 def load_pack(path: str | Path) -> RulePack:
-    """Load one rule pack; any problem raises RuleError naming file, line and field."""
-    return load_model(path, RulePack, _field_with_rule_id)
+    """Load one rule pack with the files it includes; any problem raises RuleError naming the
+    file (the included one where the problem is), the line and the field."""
+    path = Path(path)
+    data, root = load_yaml_with_positions(path)
+    if isinstance(data, dict) and set(data) == {"rules"}:  # a file of rules, without its pack
+        validate_located(data, RuleFile, str(path), root, _field_with_rule_id)
+        raise RuleError("a file of rules that a pack includes (only rules:), not a pack; its rules "
+                        "validate: load the pack that includes it", path=str(path), line=1)
+    includes = validate_located(data, _Includes, str(path), root).include
+    parts: list[tuple[str, Any, int]] = []  # (file, YAML root, index there) of each included rule
+    rules: list[Any] = []
+    for i, name in enumerate(includes):
+        file = path.parent / name
+        if not file.is_file():
+            line, field = error_location(root, ["include", i])
+            raise RuleError(f"included file not found: {file}", path=str(path), line=line, field=field)
+        part, part_root = load_yaml_with_positions(file)
+        for j, rule in enumerate(validate_located(part, _RuleFileShape, str(file), part_root).rules):
+            parts.append((str(file), part_root, j))
+            rules.append(rule)
+    if includes:
+        data = {**data, "rules": rules + list(data.get("rules") or [])}
+
+    def origin(loc: list[Any]) -> Origin | None:
+        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int) and loc[1] < len(parts):
+            file, node, j = parts[loc[1]]
+            return file, node, ["rules", j, *loc[2:]]
+        if len(loc) >= 2 and loc[0] == "rules" and isinstance(loc[1], int):
+            return str(path), root, ["rules", loc[1] - len(parts), *loc[2:]]
+        return None
+
+    return validate_located(data, RulePack, str(path), root, _field_with_rule_id, origin)
 
 
 def _field_with_rule_id(data: Any, loc: list[Any], field: str) -> str:
@@ -204,7 +336,8 @@ def _field_with_rule_id(data: Any, loc: list[Any], field: str) -> str:
 
 
 def rule_files(paths: list[str | Path] | None) -> list[Path]:
-    """Expand files and folders (``*.yaml``/``*.yml`` that are packs) into a file list."""
+    """Expand files and folders (``*.yaml``/``*.yml`` that are packs, not the files of rules
+    they include) into a file list."""
     if not paths:
         return [DEFAULT_PACK]
     out: list[Path] = []
@@ -212,7 +345,8 @@ def rule_files(paths: list[str | Path] | None) -> list[Path]:
         if p.is_dir():
             found = sorted(x for x in p.iterdir() if x.suffix in (".yaml", ".yml") and _is_pack(x))
             if not found:
-                raise RuleError("no rule packs (YAML files with 'rules:') in folder", path=str(p))
+                raise RuleError("no rule packs (YAML files with apiVersion: and rules: or include:) in folder",
+                                path=str(p))
             out.extend(found)
         elif p.exists():
             out.append(p)
@@ -222,11 +356,13 @@ def rule_files(paths: list[str | Path] | None) -> list[Path]:
 
 
 def _is_pack(path: Path) -> bool:
+    """A pack names its apiVersion and has rules: or include: at the top level (a file of rules
+    that a pack includes has no apiVersion)."""
     try:
-        head = path.read_text(encoding="utf-8", errors="replace")[:4096]
+        head = path.read_text(encoding="utf-8", errors="replace")[:65536]
     except OSError:
         return False
-    return "apiVersion" in head and "rules:" in head
+    return "apiVersion" in head and ("rules:" in head or re.search(r"^include:", head, re.M) is not None)
 
 
 def load_packs(paths: list[str | Path] | None = None, with_default: bool = False) -> list[RulePack]:

@@ -4,6 +4,7 @@ Rule text is data: it is loaded with ``yaml.SafeLoader`` only, and never evaluat
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Callable, Sequence, TypeVar
 
@@ -26,6 +27,11 @@ def load_yaml_with_positions(path: str | Path) -> tuple[Any, yaml.Node | None]:
 
 
 M = TypeVar("M", bound=BaseModel)
+#: where a value came from: (file, its YAML root, the value's location in that file)
+Origin = tuple[str, "yaml.Node | None", list[Any]]
+#: a validator that knows which field it is about may start its message with ``@field.path: ``
+#: (list indexes as numbers): the error then points at that field's line
+_AT_FIELD = re.compile(r"^@([^:]+?): ")
 
 
 def load_model(path: str | Path, model: type[M],
@@ -33,28 +39,50 @@ def load_model(path: str | Path, model: type[M],
     """Load a YAML file into a pydantic model; problems raise one RuleError naming the file, the
     line and the dotted field of each problem, all of them at once (``name_field`` may enrich
     the field, e.g. with a rule id)."""
-    path = Path(path)
     data, root = load_yaml_with_positions(path)
+    return validate_located(data, model, str(path), root, name_field)
+
+
+def validate_located(data: Any, model: type[M], path: str, root: yaml.Node | None,
+                     name_field: Callable[[Any, list[Any], str], str] | None = None,
+                     origin: Callable[[list[Any]], Origin | None] | None = None) -> M:
+    """Validate ``data`` (read from ``path``) into ``model``, as :func:`load_model`.
+
+    ``origin(loc)`` says where a value that another file supplied came from (an included file
+    of rules): ``(file, root, loc in that file)``, or None when it is ``path``'s own."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        found = []
-        for err in exc.errors():
-            loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # union tags
-            line, field = error_location(root, loc)
-            msg = "field required" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden" and loc:
-                msg = f"unknown field {loc[-1]!r}" + _did_you_mean(str(loc[-1]), field_names(model))
-            if name_field is not None:
-                field = name_field(data, loc, field)
-            found.append((line or 0, field, msg))
-        found = sorted(set(found), key=lambda t: (t[0], t[1] or ""))
-        line, field, msg = found[0]
-        # every problem of the file at once, one per line, in file order
-        more = "".join(f"\n  {path}:{ln}: {f}: {m}" if ln else f"\n  {path}: {f}: {m}" for ln, f, m in found[1:])
-        if len(found) > 1:
-            msg += f" ({len(found)} problems in this file; the others:){more}"
-        raise RuleError(msg, path=str(path), line=line or None, field=field) from None
+        found = [_located(err, data, model, path, root, name_field, origin) for err in exc.errors()]
+    files = list(dict.fromkeys(f for f, _, _, _ in found))
+    found = sorted(set(found), key=lambda t: (files.index(t[0]), t[1], t[2] or ""))
+    first, line, field, msg = found[0]
+    # every problem at once, one per line, in file order
+    more = "".join(f"\n  {f}:{ln}: {fd}: {m}" if ln else f"\n  {f}: {fd}: {m}" for f, ln, fd, m in found[1:])
+    if len(found) > 1:
+        scope = "this file" if len(files) == 1 else f"{len(files)} files"
+        msg += f" ({len(found)} problems in {scope}; the others:){more}"
+    raise RuleError(msg, path=first, line=line or None, field=field) from None
+
+
+def _located(err: Any, data: Any, model: type[BaseModel], path: str, root: yaml.Node | None,
+             name_field: Callable[[Any, list[Any], str], str] | None,
+             origin: Callable[[list[Any]], Origin | None] | None) -> tuple[str, int, str, str]:
+    """One pydantic error as ``(file, line, dotted field, message)``."""
+    loc = [p for p in err["loc"] if not (isinstance(p, str) and "[" in p)]  # union tags
+    msg = "field required" if err["type"] == "missing" else err["msg"].removeprefix("Value error, ")
+    at = _AT_FIELD.match(msg)
+    if at:
+        loc += [int(p) if p.isdigit() else p for p in at.group(1).split(".")]
+        msg = msg[at.end():]
+    if err["type"] == "extra_forbidden" and loc:
+        msg = f"unknown field {loc[-1]!r}" + _did_you_mean(str(loc[-1]), field_names(model))
+    where = origin(loc) if origin is not None else None
+    file, node, here = where if where is not None else (path, root, loc)
+    line, field = error_location(node, here)
+    if name_field is not None:
+        field = name_field(data, loc, field)
+    return file, line or 0, field, msg
 
 
 def field_names(model: Any, seen: set | None = None) -> set[str]:

@@ -73,6 +73,7 @@ def test_sighup_reload_keeps_old_rules_when_the_new_file_is_bad(tmp_path, daemon
     from rlguard.paths import DEFAULT_PACK
 
     shutil.copy(DEFAULT_PACK, rules)
+    shutil.copytree(DEFAULT_PACK.parent / "default", tmp_path / "default")  # the files it includes
     append(tmp_path / "runs" / "r" / "metrics.jsonl", healthy(1, 5))
     d = daemon_factory("--rules", str(rules)).start()
     rules.write_text("apiVersion: rlguard/v1\npack: x\nversion: '1'\nrules:\n  - id: X-1\n    kind: Not A Kind\n")
