@@ -152,6 +152,23 @@ class FileTail:
         if same and not st.more:
             out.records = self._release_if_settled(reader, info, out)
             return
+        drained = self._catch_up(reader, info, out)
+        with open_regular(self.state.path) as f:  # swapped for a FIFO since the stat: refused, never blocks
+            k, data, rotated = self._read_checked(f, reader, info, out)
+        drained = rotated if rotated is not None else drained
+        st = self.state
+        st.inode, st.size, st.mtime, st.missing = info.st_ino, info.st_size, info.st_mtime_ns, False
+        prev, data = data[:k], data[k:]
+        st.more = len(data) >= self.max_bytes
+        if not data:
+            out.records = drained + self._release_if_settled(reader, info, out)
+            return
+        out.records = drained + self._consume(reader, info, out, prev, data)
+
+    def _catch_up(self, reader: Reader, info: os.stat_result, out: Poll) -> list[LogRecord]:
+        """Before reading on: a run first seen starts with its rotated predecessors; a log
+        restored, rotated or truncated is read from the top, after what it had gained."""
+        st = self.state
         drained: list[LogRecord] = []
         if st.fresh:  # a run first seen now: its rotated predecessors come first
             drained = read_predecessors(self, reader, out)
@@ -167,40 +184,45 @@ class FileTail:
                 out.events.append("truncated")
                 drained = drain_rotated(self, reader, out, copied=True)
             self._restart(info.st_ino)
+        return drained
+
+    def _read_checked(self, f, reader: Reader, info: os.stat_result,
+                      out: Poll) -> tuple[int, bytes, list[LogRecord] | None]:
+        """The ``k`` bytes before the offset and what follows (one slice), after checking that
+        the bytes already read are still there; else the log is read from the top, with the
+        records drained from the rotated file (not None then)."""
         st = self.state
-        with open_regular(st.path) as f:  # swapped for a FIFO since the stat: refused, never blocks
-            k = min(st.offset, ANCHOR)
-            if k and st.inode is not None and info.st_ino != st.inode and content_hash(f.read(k)) != st.head:
-                out.events.append("rotated")
-                drained = drain_rotated(self, reader, out)
-                self._restart(info.st_ino)
-                st, k = self.state, 0
-            f.seek(st.offset - k)
-            data = f.read(k + self.max_bytes)
-            if k and content_hash(data[:k]) != st.anchor:
-                out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
-                drained = drain_rotated(self, reader, out, copied=info.st_ino == st.inode)
-                self._restart(info.st_ino)
-                st, k = self.state, 0
-                f.seek(0)
-                data = f.read(self.max_bytes)
-            elif k and info.st_ino != st.inode:
-                out.events.append("replaced by a longer copy; continuing")
-        st.inode, st.size, st.mtime, st.missing = info.st_ino, info.st_size, info.st_mtime_ns, False
-        prev, data = data[:k], data[k:]
-        st.more = len(data) >= self.max_bytes
-        if not data:
-            out.records = drained + self._release_if_settled(reader, info, out)
-            return
+        drained = None
+        k = min(st.offset, ANCHOR)
+        if k and st.inode is not None and info.st_ino != st.inode and content_hash(f.read(k)) != st.head:
+            out.events.append("rotated")
+            drained = drain_rotated(self, reader, out)
+            self._restart(info.st_ino)
+            st, k = self.state, 0
+        f.seek(st.offset - k)
+        data = f.read(k + self.max_bytes)
+        if k and content_hash(data[:k]) != st.anchor:
+            out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
+            drained = drain_rotated(self, reader, out, copied=info.st_ino == st.inode)
+            self._restart(info.st_ino)
+            k = 0
+            f.seek(0)
+            data = f.read(self.max_bytes)
+        elif k and info.st_ino != st.inode:
+            out.events.append("replaced by a longer copy; continuing")
+        return k, data, drained
+
+    def _consume(self, reader: Reader, info: os.stat_result, out: Poll, prev: bytes,
+                 data: bytes) -> list[LogRecord]:
+        """The complete units of ``data`` (read at the offset; ``prev``: the bytes before it)."""
+        st = self.state
         got = reader.read_appended(data, st.path, st.line + 1, st.context)
         if got.consumed == 0:
-            if len(data) >= self.max_bytes:  # one unit larger than a whole slice: skip it
-                got.consumed, got.units = len(data), 1
-                out.skipped += 1
-                out.bad += 1
-            else:
-                out.records = drained
-                return
+            if len(data) < self.max_bytes:
+                return []  # a partial last unit: it waits for the rest
+            got.consumed, got.units = len(data), 1  # one unit larger than a whole slice: skipped
+            out.skipped += 1
+            out.bad += 1
         seen = prev + data[: got.consumed]  # starts at 0 when the offset was below ANCHOR
         new_offset = st.offset + got.consumed
         if st.offset < ANCHOR:
@@ -209,7 +231,7 @@ class FileTail:
         st.offset, st.line, st.context = new_offset, st.line + got.units, got.context
         out.bytes = got.consumed
         out.bad += got.bad
-        out.records = drained + self.deliver(got.records, out, done=not st.more and new_offset >= info.st_size)
+        return self.deliver(got.records, out, done=not st.more and new_offset >= info.st_size)
 
     def _release_if_settled(self, reader: Reader, info: os.stat_result, out: Poll) -> list[LogRecord]:
         """The step held back, once the file has not changed for ``settle`` seconds."""
