@@ -41,6 +41,7 @@ from pathlib import Path
 
 from procstat import cpu_seconds, free_port, mem_mb
 
+HISTORY = 1000  # the longest detector window (samples): memory grows until it is full
 KEYS = ["loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "beta", "entropy", "grad_norm",
         "learning_rate", "completions/mean_length", "completions/clipped_ratio", "clip_ratio/region_mean"]
 
@@ -173,26 +174,36 @@ class Probe(threading.Thread):
         self.pid, self.port, self.every, self.series = pid, port, every, series
         self.scrapes: list[float] = []
         self.rss: list[tuple[float, float]] = []
+        self.judged: list[float] = []  # median step judged over the runs, per sample
+        self._t, self._c = time.time(), cpu_seconds(pid)
         self._done = threading.Event()
 
     def run(self) -> None:
-        t0 = time.time()
+        t0, c0 = time.time(), cpu_seconds(self.pid)
         out = open(self.series, "w", buffering=1) if self.series else None
         if out:
-            out.write("seconds,rss_mb,scrape_s\n")
+            out.write("seconds,rss_mb,scrape_s,judged_step_median,daemon_cpu_share\n")
         while not self._done.wait(self.every):
             s0 = time.perf_counter()
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60).read()
+                text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60).read().decode()
                 self.scrapes.append(time.perf_counter() - s0)
             except OSError:
+                text = ""
                 self.scrapes.append(float("inf"))
-            self.rss.append((time.time() - t0, mem_mb(self.pid)))
+            t, c = time.time(), cpu_seconds(self.pid)
+            judged = median_last_step(text)
+            self.rss.append((t - t0, mem_mb(self.pid)))
+            self.judged.append(judged)
+            share = (c - c0) / max(1e-9, t - t0)
             if out:
-                out.write(f"{self.rss[-1][0]:.0f},{self.rss[-1][1]:.1f},{self.scrapes[-1]:.3f}\n")
+                out.write(f"{self.rss[-1][0]:.0f},{self.rss[-1][1]:.1f},{self.scrapes[-1]:.3f},"
+                          f"{judged:.0f},{(c - self._c) / max(1e-9, t - self._t):.2f}\n")
+            self._t, self._c = t, c
             if len(self.rss) % max(1, round(60 / self.every)) == 0:
-                print(f"  {self.rss[-1][0] / 60:5.1f} min: RSS {self.rss[-1][1]:.0f} MB, "
-                      f"scrape {self.scrapes[-1]:.2f} s", flush=True)
+                print(f"  {self.rss[-1][0] / 60:5.1f} min: RSS {self.rss[-1][1]:.0f} MB, scrape "
+                      f"{self.scrapes[-1]:.2f} s, median step judged {judged:.0f}, daemon CPU since start "
+                      f"{100 * share:.0f}% of a core", flush=True)
         if out:
             out.close()
 
@@ -218,6 +229,15 @@ class Probe(threading.Thread):
             print(f"  RSS: {self.rss[0][1]:.0f} MB at the first sample, {self.rss[-1][1]:.0f} MB at the last; "
                   f"mean of the first third {first:.0f} MB, last third {last:.0f} MB "
                   f"({100 * (last - first) / first:+.1f}% over {span:.1f} min)")
+        full = next((i for i, j in enumerate(self.judged) if j >= HISTORY + 50), None)
+        if full is not None and len(self.rss) - full >= 3:
+            (tf, mf), (te, me) = self.rss[full], self.rss[-1]
+            print(f"  RSS once the median run had {HISTORY + 50} steps judged (histories full; at {tf / 60:.1f} min) "
+                  f"{mf:.0f} MB, at the end ({te / 60:.1f} min, median step judged {self.judged[-1]:.0f}) {me:.0f} MB: "
+                  f"{100 * (me - mf) / mf:+.1f}%, slope {slope(self.rss[full:]):+.2f} MB/min")
+        elif self.judged:
+            print(f"  the median run had {self.judged[-1]:.0f} steps judged at the end: the detectors' histories "
+                  f"({HISTORY} samples) were not full yet (a short run, or a daemon short of CPU fell behind)")
         five, base = self.at(5), self.at(settled)
         tail = [(t, m) for t, m in self.rss if t >= 60 * settled]
         if base is None or len(tail) < 3:
@@ -227,6 +247,13 @@ class Probe(threading.Thread):
               f"at the end ({end_t / 60:.1f} min) {end:.0f} MB: {100 * (end - base) / base:+.1f}% "
               f"from {settled:g} min to the end, slope {slope(tail):+.2f} MB/min (least squares); "
               f"peak {max(m for _, m in tail):.0f} MB")
+
+
+def median_last_step(metrics: str) -> float:
+    """The median over runs of ``rlguard_run_last_step`` (the last step judged), NaN if none."""
+    steps = sorted(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("rlguard_run_last_step{"))
+    return steps[len(steps) // 2] if steps else float("nan")
 
 
 def slope(points: list[tuple[float, float]]) -> float:
