@@ -7,7 +7,9 @@
   first bytes and bytes before the offset are the ones read. Without this, a daemon that polls
   after the copy (a restart, a slow pass) never judges those steps.
 - **Rotated before it was first seen** (:func:`read_predecessors`): a daemon with no saved
-  state for a run reads the run's rotated predecessors first (``<log>.1``, ``<log>.2``, ...,
+  state for a run whose log is appended to (JSONL, console logs, CSV; not the whole-file
+  formats) reads the run's rotated predecessors first, at the first poll that finds the live
+  log non-empty (``<log>.1``, ``<log>.2``, ...,
   logrotate's and Python's ``RotatingFileHandler`` names, and ``<log>-YYYYMMDD[HH]``,
   logrotate's ``dateext``), oldest first, then the live file: the stream (:mod:`.stream`)
   drops what the live file repeats (a copy not yet truncated). Bounded: at most
