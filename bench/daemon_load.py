@@ -14,8 +14,16 @@
    second until ``/metrics`` shows the last step, against ``rlguard check`` replaying the same
    file in the same command.
 
-    python bench/daemon_load.py [--runs 1000] [--seconds 30] [--burst 100000] [--layout jsonl|trl|both]
-                                [--eval-interval S] [--no-burst]
+3. Memory over time (``--duration 30m``): the daemon's RSS sampled every 10 s while the
+   writers write, written as a series (``--series FILE``, CSV: seconds, MB; a line per minute is
+   printed too). Reported: RSS at 5 min, at ``--settled`` minutes (default 20: at 1 record/s the
+   detectors' histories, 1,000 samples at most, are full by ~17 min, so growth before that is
+   expected) and at the end, the change from ``--settled`` to the end in % and its slope in MB/min.
+   ``/metrics`` is also timed during the daemon's first pass (before every run has been read).
+
+    python bench/daemon_load.py [--runs 1000] [--duration 30s|30m] [--burst 100000]
+                                [--layout jsonl|trl|both] [--eval-interval S] [--no-burst]
+                                [--series FILE] [--settled MIN] [--baseline-seconds S]
 """
 from __future__ import annotations
 
@@ -33,6 +41,7 @@ from pathlib import Path
 
 from procstat import cpu_seconds, free_port, mem_mb
 
+HISTORY = 1000  # the longest detector window (samples): memory grows until it is full
 KEYS = ["loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "beta", "entropy", "grad_norm",
         "learning_rate", "completions/mean_length", "completions/clipped_ratio", "clip_ratio/region_mean"]
 
@@ -94,7 +103,8 @@ class TrlRun:
             old.rmdir()
 
 
-def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, extra: list[str] = ()) -> None:
+def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, extra: list[str] = (),
+              series: Path | None = None, settled: float = 20.0, baseline_seconds: int = 60) -> None:
     rng = random.Random(0)
     root = tmp / "runs"
     make = (lambda i: TrlRun(root, i, save_every)) if layout == "trl" else (lambda i: JsonlRun(root, i))
@@ -103,9 +113,9 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
         for s in range(1, 11):
             w.write(s, rng)
     proc, port = start_daemon(tmp, str(root), extra)
-    time.sleep(12)  # discovery of every run and the first full read
+    first = first_pass_scrapes(port, 12.0)  # discovery of every run and the first full read
     c0, t0 = cpu_seconds(proc.pid), time.time()
-    probe = Probe(proc.pid, port)
+    probe = Probe(proc.pid, port, series=series)
     probe.start()
     step = 11
     while time.time() - t0 < seconds:
@@ -124,45 +134,88 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
     seen = metrics.count("rlguard_run_last_step{")
     lags = sorted(step - 1 - float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                   if line.startswith("rlguard_run_last_step{"))
-    base = bare_tailer_cpu(writers, seconds, step, rng)
+    base = bare_tailer_cpu(writers, min(seconds, baseline_seconds), step, rng)
     print(f"[{layout}] {runs} runs x 1 step/s x 12 metrics for {wall:.0f} s"
           f"{f' (checkpoint every {save_every} steps)' if layout == 'trl' else ''}: daemon CPU "
           f"{100 * cpu / wall:.1f}% of one core, RSS {rss:.0f} MB, runs exported {seen}")
     if lags:  # a daemon short of CPU falls behind: its share alone would hide it
         print(f"  at the end, steps written but not yet judged per run: median {lags[len(lags) // 2]:.0f}, "
               f"max {lags[-1]:.0f} (the writers log 1 step/s; evaluation batches up to --eval-interval)")
-    print(f"  baseline (bare tailer, same files, same rate): {100 * base:.1f}% of one core; "
-          f"ratio daemon/baseline {cpu / wall / base:.1f}x")
-    probe.report()
+    print(f"  baseline (bare tailer, same files, same rate, {min(seconds, baseline_seconds)} s): "
+          f"{100 * base:.1f}% of one core; ratio daemon/baseline {cpu / wall / base:.1f}x")
+    if first:
+        f = sorted(first)
+        print(f"  full /metrics scrape during the first pass (daemon just started, {runs} runs being read): "
+              f"median {f[len(f) // 2]:.2f} s, max {f[-1]:.2f} s ({len(f)} scrapes)")
+    probe.report(settled)
+
+
+def first_pass_scrapes(port: int, seconds: float) -> list[float]:
+    """Full ``/metrics`` scrapes, back to back, while the daemon reads every run for the first time."""
+    times: list[float] = []
+    t0 = time.time()
+    while time.time() - t0 < seconds:
+        s0 = time.perf_counter()
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=60).read()
+            times.append(time.perf_counter() - s0)
+        except OSError:
+            times.append(float("inf"))
+        time.sleep(0.5)
+    return times
 
 
 class Probe(threading.Thread):
     """While the writers write: a full ``/metrics`` scrape timed every 10 s, and the daemon's
-    RSS sampled (memory growth shows as a slope between the first and the last third)."""
+    RSS sampled (written to ``series`` as it goes, so a long run can be watched)."""
 
-    def __init__(self, pid: int, port: int, every: float = 10.0) -> None:
+    def __init__(self, pid: int, port: int, every: float = 10.0, series: Path | None = None) -> None:
         super().__init__(daemon=True)
-        self.pid, self.port, self.every = pid, port, every
+        self.pid, self.port, self.every, self.series = pid, port, every, series
         self.scrapes: list[float] = []
         self.rss: list[tuple[float, float]] = []
+        self.judged: list[float] = []  # median step judged over the runs, per sample
+        self._t, self._c = time.time(), cpu_seconds(pid)
         self._done = threading.Event()
 
     def run(self) -> None:
-        t0 = time.time()
+        t0, c0 = time.time(), cpu_seconds(self.pid)
+        out = open(self.series, "w", buffering=1) if self.series else None
+        if out:
+            out.write("seconds,rss_mb,scrape_s,judged_step_median,daemon_cpu_share\n")
         while not self._done.wait(self.every):
             s0 = time.perf_counter()
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60).read()
+                text = urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=60).read().decode()
                 self.scrapes.append(time.perf_counter() - s0)
             except OSError:
+                text = ""
                 self.scrapes.append(float("inf"))
-            self.rss.append((time.time() - t0, mem_mb(self.pid)))
+            t, c = time.time(), cpu_seconds(self.pid)
+            judged = median_last_step(text)
+            self.rss.append((t - t0, mem_mb(self.pid)))
+            self.judged.append(judged)
+            share = (c - c0) / max(1e-9, t - t0)
+            if out:
+                out.write(f"{self.rss[-1][0]:.0f},{self.rss[-1][1]:.1f},{self.scrapes[-1]:.3f},"
+                          f"{judged:.0f},{(c - self._c) / max(1e-9, t - self._t):.2f}\n")
+            self._t, self._c = t, c
+            if len(self.rss) % max(1, round(60 / self.every)) == 0:
+                print(f"  {self.rss[-1][0] / 60:5.1f} min: RSS {self.rss[-1][1]:.0f} MB, scrape "
+                      f"{self.scrapes[-1]:.2f} s, median step judged {judged:.0f}, daemon CPU since start "
+                      f"{100 * share:.0f}% of a core", flush=True)
+        if out:
+            out.close()
 
     def stop(self) -> None:
         self._done.set()
         self.join(timeout=70)
 
-    def report(self) -> None:
+    def at(self, minute: float) -> float | None:
+        """RSS at the first sample from ``minute`` on (None if the run was shorter)."""
+        return next((m for t, m in self.rss if t >= 60 * minute), None)
+
+    def report(self, settled: float = 20.0) -> None:
         if not self.scrapes:
             return
         s = sorted(self.scrapes)
@@ -176,11 +229,55 @@ class Probe(threading.Thread):
             print(f"  RSS: {self.rss[0][1]:.0f} MB at the first sample, {self.rss[-1][1]:.0f} MB at the last; "
                   f"mean of the first third {first:.0f} MB, last third {last:.0f} MB "
                   f"({100 * (last - first) / first:+.1f}% over {span:.1f} min)")
+        full = next((i for i, j in enumerate(self.judged) if j >= HISTORY + 50), None)
+        if full is not None and len(self.rss) - full >= 3:
+            (tf, mf), (te, me) = self.rss[full], self.rss[-1]
+            print(f"  RSS once the median run had {HISTORY + 50} steps judged (histories full; at {tf / 60:.1f} min) "
+                  f"{mf:.0f} MB, at the end ({te / 60:.1f} min, median step judged {self.judged[-1]:.0f}) {me:.0f} MB: "
+                  f"{100 * (me - mf) / mf:+.1f}%, slope {slope(self.rss[full:]):+.2f} MB/min")
+        elif self.judged:
+            print(f"  the median run had {self.judged[-1]:.0f} steps judged at the end: the detectors' histories "
+                  f"({HISTORY} samples) were not full yet (a short run, or a daemon short of CPU fell behind)")
+        five, base = self.at(5), self.at(settled)
+        tail = [(t, m) for t, m in self.rss if t >= 60 * settled]
+        if base is None or len(tail) < 3:
+            return
+        end_t, end = self.rss[-1]
+        print(f"  RSS at 5 min {'-' if five is None else f'{five:.0f}'} MB, at {settled:g} min {base:.0f} MB (histories full), "
+              f"at the end ({end_t / 60:.1f} min) {end:.0f} MB: {100 * (end - base) / base:+.1f}% "
+              f"from {settled:g} min to the end, slope {slope(tail):+.2f} MB/min (least squares); "
+              f"peak {max(m for _, m in tail):.0f} MB")
+
+
+def median_last_step(metrics: str) -> float:
+    """The median over runs of ``rlguard_run_last_step`` (the last step judged), NaN if none."""
+    steps = sorted(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("rlguard_run_last_step{"))
+    return steps[len(steps) // 2] if steps else float("nan")
+
+
+def slope(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, MB) points, in MB per minute."""
+    n = len(points)
+    mt = sum(t for t, _ in points) / n
+    mm = sum(m for _, m in points) / n
+    var = sum((t - mt) ** 2 for t, _ in points)
+    return 60 * sum((t - mt) * (m - mm) for t, m in points) / var if var else 0.0
+
+
+def duration(text: str) -> int:
+    """``30``, ``30s``, ``30m`` or ``1h`` as seconds."""
+    mult = {"s": 1, "m": 60, "h": 3600}.get(text[-1:], None)
+    try:
+        return int(float(text[:-1] if mult else text) * (mult or 1))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--duration {text!r}: expected e.g. 30, 30s, 30m, 1h") from None
 
 
 def bare_tailer_cpu(writers: list, seconds: int, step: int, rng: random.Random) -> float:
-    """CPU share of following the same runs at the same rate with nothing but json.loads."""
-    seen: dict = {}
+    """CPU share of following the same runs at the same rate with nothing but json.loads (from
+    where the files are now, as the daemon is: what was written before is not re-read)."""
+    seen: dict = {w.log: os.stat(w.log).st_size for w in writers if isinstance(w, JsonlRun)}
     t0 = time.time()
     spent = 0.0
     while time.time() - t0 < seconds:
@@ -243,7 +340,13 @@ def burst(tmp: Path, n: int) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=1000)
-    ap.add_argument("--seconds", type=int, default=30)
+    ap.add_argument("--duration", "--seconds", dest="seconds", type=duration, default=30,
+                    help="how long the writers write (30, 30s, 30m, 1h; default 30 s)")
+    ap.add_argument("--series", type=Path, default=None, help="write the RSS series here (CSV)")
+    ap.add_argument("--settled", type=float, default=20.0,
+                    help="minute from which the detectors' histories are full: RSS compared from here to the end")
+    ap.add_argument("--baseline-seconds", type=int, default=60,
+                    help="how long the bare-tailer baseline runs (at most --duration)")
     ap.add_argument("--burst", type=int, default=100_000)
     ap.add_argument("--layout", choices=["jsonl", "trl", "both"], default="both")
     ap.add_argument("--save-every", type=int, default=5, help="trl layout: steps between checkpoints")
@@ -254,7 +357,9 @@ def main(argv=None) -> int:
     extra = [] if args.eval_interval is None else ["--eval-interval", f"{args.eval_interval:g}"]
     for layout in (["jsonl", "trl"] if args.layout == "both" else [args.layout]):
         with tempfile.TemporaryDirectory() as tmp:
-            many_runs(Path(tmp), args.runs, args.seconds, layout, args.save_every, extra)
+            series = args.series.with_suffix(f".{layout}.csv") if args.series and args.layout == "both" else args.series
+            many_runs(Path(tmp), args.runs, args.seconds, layout, args.save_every, extra,
+                      series, args.settled, args.baseline_seconds)
     if not args.no_burst:
         with tempfile.TemporaryDirectory() as tmp:
             burst(Path(tmp), args.burst)

@@ -109,6 +109,9 @@ def _add_check(sub) -> None:
                    help="with --format json: also print checkpoint decisions (new best) as objects with kind "
                         "'new_best'")
     c.add_argument("--run", help="run name in alerts (default: derived from the path)")
+    c.add_argument("--max-pipe-bytes", default="2G", metavar="SIZE",
+                   help="a pipe given as the path (check <(cat log), /dev/stdin) is copied to a temporary "
+                        "file first, at most SIZE (default 2G; K, M, G, T)")
     c.set_defaults(func=cmd_check)
 
 
@@ -246,9 +249,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.decisions and args.format != "json":
         raise InputError("--decisions prints checkpoint decisions as JSON objects: use it with --format json")
 
-    from .pipes import readable_copy
+    from .pipes import parse_size, readable_copy
 
-    with readable_copy(args.path) as path:  # `check <(cat log)`: a pipe named here is read (copied) first
+    try:
+        cap = parse_size(args.max_pipe_bytes)
+    except ValueError as exc:
+        raise InputError(f"--max-pipe-bytes: {exc}") from None
+    with readable_copy(args.path, cap) as path:  # `check <(cat log)`: a pipe named here is read (copied) first
         return run_check(path, rules=args.rules, default_rules=not args.no_default_rules,
                          input_format=args.input_format, out_format=args.format,
                          baselines=parse_baselines(args.baseline), decisions=args.decisions,
