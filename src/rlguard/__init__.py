@@ -2,7 +2,8 @@
 from .alerts import Action, Alert, Decision, Kind, Severity
 from .coverage import summary_lines as coverage_lines
 from .errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
-from .keep import Keep, checkpoint_to_keep
+from .inloop import Broadcast, InLoopGuard
+from .keep import Checkpoints, Keep, Pinned, checkpoint_to_keep
 from .rulespec import Rule, RulePack, load_pack, load_packs
 from .verdict import RunRecords, Verdict, decision_record, stop_record
 from .watchdog import Watchdog
@@ -21,5 +22,6 @@ def __getattr__(name: str):
         return RLGuardCallback
     raise AttributeError(f"module 'rlguard' has no attribute {name!r}")
 __all__ = ["RLGuardCallback", "Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
-           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "checkpoint_to_keep", "coverage_lines", "RLGuardError", "InputError",
+           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "Checkpoints", "Pinned", "checkpoint_to_keep",
+           "InLoopGuard", "Broadcast", "coverage_lines", "RLGuardError", "InputError",
            "LogFormatError", "RuleError", "StateError"]
