@@ -2,7 +2,7 @@
 from .alerts import Action, Alert, Decision, Kind, Severity
 from .coverage import summary_lines as coverage_lines
 from .errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
-from .keep import Keep, checkpoint_to_keep
+from .keep import Checkpoints, Keep, Pinned, checkpoint_to_keep
 from .rulespec import Rule, RulePack, load_pack, load_packs
 from .verdict import RunRecords, Verdict, decision_record, stop_record
 from .watchdog import Watchdog
@@ -11,7 +11,12 @@ __version__ = "0.1.0"
 
 
 def __getattr__(name: str):
-    """``RLGuardCallback`` imports transformers, so it is loaded only when asked for."""
+    """``RLGuardCallback`` imports transformers, so it is loaded only when asked for; so is the
+    in-loop guard (``rlguard check`` and the daemon start without it)."""
+    if name in ("InLoopGuard", "Broadcast"):
+        from . import inloop
+
+        return getattr(inloop, name)
     if name == "RLGuardCallback":
         try:
             from .callback import RLGuardCallback
@@ -21,5 +26,6 @@ def __getattr__(name: str):
         return RLGuardCallback
     raise AttributeError(f"module 'rlguard' has no attribute {name!r}")
 __all__ = ["RLGuardCallback", "Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
-           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "checkpoint_to_keep", "coverage_lines", "RLGuardError", "InputError",
+           "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "Checkpoints", "Pinned", "checkpoint_to_keep",
+           "InLoopGuard", "Broadcast", "coverage_lines", "RLGuardError", "InputError",
            "LogFormatError", "RuleError", "StateError"]

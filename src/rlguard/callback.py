@@ -22,6 +22,9 @@ does not alert again. Each warning is said once, when it begins, through the ``r
 The run directory gets ``rlguard/decisions.jsonl`` and, on a stop, ``rlguard/stop.json``, in
 the shapes of :mod:`rlguard.verdict` (the same for the bundled trainer, the daemon and
 ``rlguard check``); a stop also says why on the console, through the transformers logger.
+
+What is decided, and in which order, is :class:`rlguard.inloop.InLoopGuard`'s (the bundled
+trainer's too); this module maps transformers' events and ``TrainerControl`` onto it.
 """
 from __future__ import annotations
 
@@ -32,14 +35,15 @@ from typing import Callable, Iterable
 from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
-from . import coverage, incarnation
+from . import coverage
 from .alerts import Alert
 from .incidents import incident_line
-from .keep import Keep, checkpoint_to_keep
+from .inloop import Broadcast, InLoopGuard
+from .keep import Keep
 from .rulespec import RulePack, load_packs
-from .stopfile import STOP_FILE, take_stop_request
+from .stopfile import STOP_FILE
 from .trackers import TrackerAlerts
-from .verdict import RunRecords, Verdict, onset_of
+from .verdict import Verdict
 from .watchdog import Watchdog
 
 STATE_FILE = "rlguard_state.json"
@@ -68,47 +72,59 @@ class RLGuardCallback(TrainerCallback):
         self.run = run
         self.baselines = dict(baselines or {})
         self.stop_file = stop_file
-        self.watchdog: Watchdog | None = None
-        self.stop_reason: str | None = None
+        self.guard: InLoopGuard | None = None
         self._last: tuple | None = None
         self._out: Path | None = None
-        self.incarnation: str | None = None
-        self._saved: dict[int, str] = {}  # step -> checkpoint folder, saved by this run (and resumed from)
-        self._warned: set = set()
-        self._protected: str | None = None
-        self._protected_step: int | None = None
+
+    @property
+    def watchdog(self) -> Watchdog | None:
+        return self.guard.watchdog if self.guard is not None else None
+
+    @property
+    def stop_reason(self) -> str | None:
+        stopping = self.guard.stopping if self.guard is not None else None
+        return stopping.reason if stopping is not None else None
+
+    @property
+    def incarnation(self) -> str | None:
+        return self.guard.incarnation if self.guard is not None else None
 
     # ------------------------------------------------------------------ trainer events
     def on_train_begin(self, args, state, control, **kwargs):
         self._out = Path(args.output_dir)
-        name = self.run or getattr(args, "run_name", None) or self._out.name
-        self.watchdog = Watchdog(packs=self.packs, run=str(name), baselines=self.baselines)
-        self.records = RunRecords(self._out, str(name))
+        name = str(self.run or getattr(args, "run_name", None) or self._out.name)
         self.trackers = TrackerAlerts(getattr(args, "report_to", None), self._out, getattr(args, "logging_dir", None))
-
+        self.guard = InLoopGuard(self._out, Watchdog(packs=self.packs, run=name, baselines=self.baselines), name,
+                                 main=state.is_world_process_zero, broadcast=_torch_broadcast(args),
+                                 notifiers=[self.trackers.alert, *self.notifiers],
+                                 protect=lambda keep: _protect(args, state, keep), stop_file=self.stop_file,
+                                 warn_stops=True)
         ckpt = self._out / f"checkpoint-{state.global_step}" / STATE_FILE
         if state.global_step > 0 and ckpt.is_file():  # resuming: no second alert for old faults
-            self.watchdog.load(ckpt)
-            self._saved[state.global_step] = str(ckpt.parent)
-        if state.is_world_process_zero:  # a new incarnation: an earlier run's stop request is archived
-            self.incarnation = incarnation.begin(self._out, state.global_step, self.stop_file)
+            self.guard.watchdog.load(ckpt)
+            self.guard.saved(state.global_step, ckpt.parent)
+        self.guard.begin(state.global_step)  # a new incarnation: an earlier run's stop request is archived
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        return self._observe(args, state, control, logs or {})
+        return self._observe(state, control, logs or {})
 
     def on_evaluate(self, args, state, control, metrics=None, **kwargs):
-        return self._observe(args, state, control, metrics or {})
+        return self._observe(state, control, metrics or {})
 
     def on_step_end(self, args, state, control, **kwargs):
-        requested = self._external_stop_requested(args, state)  # rank 0 looks; every rank agrees below
-        return self._apply(args, state, control, requested)
+        if self.guard is None:
+            return control
+        verdict = self.guard.poll(state.global_step)  # rank 0 looks; every rank agrees
+        if verdict.stop and self.guard.main:
+            self._stopping(state, verdict)
+        return _apply(control, verdict)
 
     def on_train_end(self, args, state, control, **kwargs):
         """One line saying rlguard watched, and what it found (rank 0)."""
-        if not state.is_world_process_zero or self.watchdog is None:
+        if not state.is_world_process_zero or self.guard is None:
             return control
-        wd = self.watchdog
+        wd = self.guard.watchdog
         alarms = [a for a in wd.alerts if a.status == "firing" and a.severity in ("warning", "critical")]
         head, *rest = coverage.summary_lines(wd)
         if self.stop_reason is not None:
@@ -121,117 +137,35 @@ class RLGuardCallback(TrainerCallback):
         for line in rest:
             logger.warning("rlguard: %s", line)
         self.trackers.close()
-        if self.incarnation is not None:
-            incarnation.end(self._out, self.incarnation, state.global_step, self.stop_reason is not None,
-                            self.stop_file)
+        self.guard.end(state.global_step)
         return control
 
     def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero and self.watchdog is not None:
+        if state.is_world_process_zero and self.guard is not None:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if folder.is_dir():
-                self.watchdog.save(folder / STATE_FILE)
-                self._saved[state.global_step] = str(folder)
+                self.guard.watchdog.save(folder / STATE_FILE)
+                self.guard.saved(state.global_step, folder)
         return control
 
     # ------------------------------------------------------------------ decisions
-    def _observe(self, args, state, control, logs: dict):
+    def _observe(self, state, control, logs: dict):
         metrics = {k: float(v) for k, v in logs.items()
                    if isinstance(v, (int, float)) and not isinstance(v, bool)}
         key = (state.global_step, tuple(sorted(metrics.items())))
-        if not metrics or key == self._last:  # evaluate() logs the same dict twice
+        if not metrics or key == self._last or self.guard is None:  # evaluate() logs the same dict twice
             return control
         self._last = key
-        verdict = Verdict()
-        if state.is_world_process_zero and self.watchdog is not None:
-            decisions = self.watchdog.observe(state.global_step, metrics)
-            self.records.decisions(decisions)
-            for d in decisions:
-                if d.alert is not None:
-                    self.trackers.alert(d.alert)
-                    for notify in self.notifiers:
-                        notify(d.alert)
-            self._say_warnings(decisions)
-            verdict = Verdict.of(decisions)
-            if not verdict.stop:
-                self._pin(args, state, decisions)
-            elif self.stop_reason is None:
-                self.stop_reason = verdict.reason
-                self._stopping(args, state, verdict, "rlguard watchdog")
-            else:
-                verdict = Verdict()  # already stopping: say it once
-        return self._apply(args, state, control, verdict)
+        verdict = self.guard.observe(state.global_step, metrics)
+        if verdict.stop and self.guard.main:
+            self._stopping(state, verdict)
+        return _apply(control, verdict)
 
-    def _apply(self, args, state, control, verdict: Verdict):
-        checkpoint, stop = _agree(args, *verdict.flags())
-        if checkpoint:
-            control.should_save = True
-        if stop:
-            control.should_training_stop = True
-        return control
-
-    def _say_warnings(self, decisions) -> None:
-        """Each warning incident once, when it begins (a stop is said by :meth:`_stopping`)."""
-        for d in decisions:
-            a = d.alert
-            if a is None or a.status != "firing" or a.severity != "warning":
-                continue
-            key = a.incident.get("id") if isinstance(a.incident, dict) else (a.rule, a.metric)
-            if key not in self._warned:
-                self._warned.add(key)
-                logger.warning("rlguard: warning at step %d: %s [%s, rule %s]", a.step, a.message, a.kind, a.rule)
-
-    def _keep(self, verdict: Verdict, saving_now: int | None = None) -> Keep:
-        saved = {s: p for s, p in self._saved.items() if Path(p).is_dir()}
-        if saving_now is not None:  # transformers saves it right after this event
-            saved[saving_now] = str(self._out / f"checkpoint-{saving_now}")
-        best = self.watchdog.best
-        bests = [s for _, s in best.history] if best is not None else []
-        return checkpoint_to_keep(saved, verdict.onset, [verdict.keep_step, *bests])
-
-    def _pin(self, args, state, decisions) -> None:
-        """When an anomaly begins, the checkpoint to keep as it stands (the newest before it) is
-        protected from rotation at once, before later saves could rotate it away."""
-        if self.stop_reason is not None:  # stopping: the stop record's checkpoint stays protected
-            return
-        for d in decisions:
-            a = d.alert
-            if a is not None and a.status == "firing" and a.severity in ("warning", "critical"):
-                self._protect(args, state, self._keep(Verdict("checkpoint", a.step, onset=onset_of(a))))
-
-    def _protect(self, args, state, keep: Keep, final: bool = False) -> None:
-        """Keep ``keep`` from transformers' rotation (``save_total_limit`` spares
-        ``state.best_model_checkpoint``), unless the run tracks a best model of its own. Before
-        the stop, the protection only moves to an older checkpoint, never to a newer one."""
-        moved = keep.path is not None and keep.path != self._protected and (
-            final or self._protected_step is None or (keep.step is not None and keep.step <= self._protected_step))
-        if moved:
-            self._protected, self._protected_step = keep.path, keep.step
-            if getattr(args, "metric_for_best_model", None) is None:
-                state.best_model_checkpoint = os.path.join(args.output_dir, Path(keep.path).name)
-        if not final and (moved or (keep.path is None and keep.why not in self._warned)):
-            self._warned.add(keep.why)
-            logger.warning("rlguard: nothing is saved inside an incident; %s", keep.line())
-
-    def _external_stop_requested(self, args, state) -> Verdict:
-        if not state.is_world_process_zero or self._out is None or self.stop_reason is not None:
-            return Verdict()
-        req = take_stop_request(self._out, self.stop_file, self.incarnation)
-        if req is None:
-            return Verdict()
-        self.stop_reason = req["reason"]
-        onset = req.get("onset")
-        verdict = Verdict.external(state.global_step, req["reason"], onset=onset if isinstance(onset, int) else None)
-        self._stopping(args, state, verdict, "external")
-        return verdict
-
-    def _stopping(self, args, state, verdict: Verdict, source: str) -> None:
+    def _stopping(self, state, verdict: Verdict) -> None:
         """The stop record, and one line on the console saying why and what to keep."""
         step = state.global_step
-        keep = self._keep(verdict, saving_now=step if verdict.checkpoint else None)
-        if verdict.protect:
-            self._protect(args, state, keep, final=True)
-        self.records.stop(verdict, source, keep, self.incarnation)
+        saving_now = (step, str(self._out / f"checkpoint-{step}")) if verdict.checkpoint else None
+        keep = self.guard.stop(verdict, saving_now)  # transformers saves that one right after this event
         self.trackers.stop(step, verdict.reason, keep.path)
         began = f"; the incident began at step {verdict.onset}" if verdict.onset is not None else ""
         logger.warning("rlguard: stopping the run at step %d: %s [%s, rule %s]%s; %s",
@@ -240,16 +174,36 @@ class RLGuardCallback(TrainerCallback):
             logger.warning("rlguard: %s", incident_line(verdict.incident))
 
 
-def _agree(args, checkpoint: bool, stop: bool) -> tuple[bool, bool]:
-    """Rank 0's verdict on every rank (a broadcast when torch.distributed is running)."""
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:  # pragma: no cover - transformers' Trainer needs torch anyway
-        return checkpoint, stop
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return checkpoint, stop
-    device = args.device if dist.get_backend() == "nccl" else "cpu"
-    flags = torch.tensor([float(checkpoint), float(stop)], device=device)
-    dist.broadcast(flags, src=0)
-    return bool(flags[0].item()), bool(flags[1].item())
+def _apply(control, verdict: Verdict):
+    checkpoint, stop = verdict.flags()
+    if checkpoint:
+        control.should_save = True
+    if stop:
+        control.should_training_stop = True
+    return control
+
+
+def _protect(args, state, keep: Keep) -> None:
+    """Keep ``keep`` from transformers' rotation (``save_total_limit`` spares
+    ``state.best_model_checkpoint``), unless the run tracks a best model of its own."""
+    if getattr(args, "metric_for_best_model", None) is None:
+        state.best_model_checkpoint = os.path.join(args.output_dir, Path(keep.path).name)
+
+
+def _torch_broadcast(args) -> Broadcast:
+    """Rank 0's flags on every rank: a broadcast when torch.distributed is running."""
+
+    def broadcast(flags: tuple[bool, bool]) -> tuple[bool, bool]:
+        try:
+            import torch
+            import torch.distributed as dist
+        except ImportError:  # pragma: no cover - transformers' Trainer needs torch anyway
+            return flags
+        if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+            return flags
+        device = args.device if dist.get_backend() == "nccl" else "cpu"
+        t = torch.tensor([float(f) for f in flags], device=device)
+        dist.broadcast(t, src=0)
+        return bool(t[0].item()), bool(t[1].item())
+
+    return broadcast

@@ -1,11 +1,14 @@
 """Fault injection: reproduce the seed post-mortems' failures on a real run, so the default
-rules can be seen stopping them. Each fault changes one thing, named after its alert kind."""
+rules can be seen stopping them. Each fault changes one thing, named after its alert kind.
+The ones that act during a step do it through :class:`~rlguard_trainer.hooks.StepHooks`, around
+the step's math, never inside it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 import torch
 
 from .config import TrainConfig
+from .hooks import StepHooks
 from .rewards import Reward
 from .task import constant
 
@@ -13,7 +16,7 @@ FAULT_STEP = 30  # where the step-triggered faults (NaN, learning-rate spike) be
 
 
 @dataclass
-class Faults:
+class Faults(StepHooks):
     kind: str | None = None
     frozen: bool = False
     step: int = FAULT_STEP
@@ -41,11 +44,16 @@ class Faults:
         under transformers 5 only spiked its gradient norm 16x for two steps and recovered)."""
         return 1000.0 if self.kind == "grad_explosion" and step >= self.step else 1.0
 
-    def corrupt_loss(self, loss: torch.Tensor, step: int) -> torch.Tensor:
+    def loss(self, loss: torch.Tensor, step: int) -> torch.Tensor:
         """nonfinite: the loss of the fault step is NaN (as an fp overflow would make it)."""
         if self.kind == "nonfinite" and step == self.step:
             return loss * float("nan")
         return loss
+
+    def before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """kl_low (the frozen policy): gradients never reach the weights."""
+        if self.frozen:
+            optimizer.zero_grad()
 
 
 __all__ = ["Faults", "FAULT_STEP"]

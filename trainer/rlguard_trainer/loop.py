@@ -24,9 +24,7 @@ import json
 import logging
 import time
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 from rlguard import Verdict
@@ -36,46 +34,13 @@ from .config import TrainConfig
 from .distributed import configure_engine, gathered_for_generation, mean_over_ranks, prepare_reference, rank_sum
 from .faults import Faults
 from .grpo import KLController, combine_rewards, lr_factor
-from .guard import Guard
+from .guard import build_guard
 from .modeling import build_tiny, load_pretrained, prepare_for_training, resolve_dtype, warm_start
 from .policy import LogProbs
-from .rewards import Reward
 from .rollout import generate, gold_nll, prompt_texts
+from .run import Run
 from .step import grpo_step, score_rollout
 from .task import Example, PromptSampler, Task, load_task
-
-
-@dataclass
-class Run:
-    """Everything a step touches, built once by :func:`setup`."""
-
-    cfg: TrainConfig
-    acc: Any
-    out: Path
-    tok: Any
-    model: Any  # the policy as a log-prob function (policy.LogProbs), prepared by Accelerate
-    ref: Any  # the frozen reference, prepared the same way; None with LoRA (adapters off instead)
-    optimizer: Any
-    scheduler: Any
-    task: Task
-    sampler: PromptSampler
-    rewards: list[Reward]
-    kl: KLController
-    guard: Guard
-    faults: Faults
-    start: int = 0
-    saved: dict[int, str] = field(default_factory=dict)  # step -> checkpoint path
-
-    @property
-    def weights(self) -> torch.Tensor:
-        return torch.tensor([r.weight for r in self.rewards])
-
-    def save(self, step: int) -> str:
-        state = {"step": step, "beta": self.kl.beta, "rlguard": self.guard.state_dict()}
-        path = checkpoint.save(self.acc, self.out / "checkpoints" / f"step-{step}", self.model, self.tok,
-                               state, self.sampler.state_dict())
-        self.saved[step] = str(path)
-        return str(path)
 
 
 def train(cfg: TrainConfig, task: Task | None = None) -> dict:
@@ -94,11 +59,11 @@ def train(cfg: TrainConfig, task: Task | None = None) -> dict:
 
         # rlguard decides (rank 0), every rank obeys in the same step; evaluation results are
         # a second record of the same step, as transformers logs them
-        verdict = run.guard.observe(step, metrics)
+        verdict = run.guard.observe(step, metrics, external=True)
         if not verdict.stop and cfg.eval_every and step % cfg.eval_every == 0:
             evals = mean_over_ranks(acc, evaluate(run, step))
             if evals:
-                verdict = verdict.then(run.guard.observe(step, evals))
+                verdict = verdict.then(run.guard.observe(step, evals, external=True))
                 metrics.update(evals)
         if acc.is_main_process:
             _log(out, step, metrics)
@@ -108,13 +73,12 @@ def train(cfg: TrainConfig, task: Task | None = None) -> dict:
         step_ends.append(time.perf_counter())
         if verdict.stop:
             stopped = verdict
-            keep = run.guard.keep({s: p for s, p in run.saved.items() if Path(p).is_dir()}, verdict)
-            run.guard.write_stop(verdict, keep)
+            keep = run.guard.stop(verdict)  # the checkpoint to keep; rlguard/stop.json (rank 0)
             break
     bar.close()
     if stopped is None and step not in run.saved:
         run.save(step)
-    run.guard.end(step, stopped is not None)
+    run.guard.end(step)
     _write_rank_report(out, acc, ranks, step, stopped, run.model)
     acc.wait_for_everyone()
     acc.end_training()
@@ -158,10 +122,10 @@ def setup(cfg: TrainConfig, task: Task | None = None) -> Run:
     run = Run(cfg, acc, out, tok, model, ref, optimizer, scheduler, task, sampler, faults.rewards(task.rewards),
               KLController(cfg.beta, cfg.kl_adaptive, cfg.kl_target_min, cfg.kl_target_max, cfg.kl_factor,
                            cfg.beta_min, cfg.beta_max),
-              Guard(acc, out, cfg.rules, run=out.name), faults)
+              build_guard(acc, out, cfg.rules, run=out.name), faults)
     if cfg.resume:
         run.start = _resume(run)
-        run.saved[run.start] = str(Path(cfg.resume))  # the lineage's last checkpoint, a candidate to keep
+        run.guard.saved(run.start, Path(cfg.resume))  # the lineage's last checkpoint, a candidate to keep
     run.guard.begin(run.start)  # a new incarnation: a stop request left by an earlier run is archived
     if acc.is_main_process:
         out.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from .rewards import score
 from .rollout import Rollout, generate, gold_nll, micro_batches, prompt_texts
 
 if TYPE_CHECKING:
-    from .loop import Run
+    from .run import Run
 
 
 def grpo_step(run: Run, step: int) -> dict[str, float]:
@@ -67,10 +67,9 @@ def update(run: Run, roll: Rollout, advantages: torch.Tensor, ref_logp: torch.Te
         parts, old_logp = accumulate_gradients(
             run.acc, model, roll, advantages, ref_logp, old_logp, micro_batch=cfg.micro_batch, beta=run.kl.beta,
             epsilon=cfg.epsilon, epsilon_high=cfg.epsilon_high, entropy_coef=cfg.entropy_coef,
-            corrupt=lambda loss: run.faults.corrupt_loss(loss, step))
+            on_loss=lambda loss: run.hooks.loss(loss, step))
         grad_norm = run.acc.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-        if run.faults.frozen:
-            run.optimizer.zero_grad()  # the frozen-policy fault: gradients never reach the weights
+        run.hooks.before_optimizer_step(run.optimizer)
         run.optimizer.step()
         run.optimizer.zero_grad()
     run.scheduler.step()
@@ -115,12 +114,13 @@ def reference_log_probs(run: Run, roll: Rollout) -> torch.Tensor:
 def accumulate_gradients(acc, model, roll: Rollout, advantages: torch.Tensor, ref_logp: torch.Tensor | None,
                          old_logp: torch.Tensor | None, *, micro_batch: int, beta: float, epsilon: float,
                          epsilon_high: float | None = None, entropy_coef: float = 0.0,
-                         corrupt: Callable[[torch.Tensor], torch.Tensor] | None = None
+                         on_loss: Callable[[torch.Tensor], torch.Tensor] | None = None
                          ) -> tuple[dict[str, float], torch.Tensor]:
     """One pass: backward of every micro-batch's share of the batch loss (token-level mean over
     the whole batch), so the accumulated gradients are the whole batch's. ``old_logp`` None:
-    this pass's own log-probs are the sampling policy's (first pass). Returns the loss parts
-    of the batch and the old log-probs [B, T]."""
+    this pass's own log-probs are the sampling policy's (first pass); ``on_loss``: applied to each
+    micro-batch's loss before its backward (:class:`~rlguard_trainer.hooks.StepHooks`). Returns the
+    loss parts of the batch and the old log-probs [B, T]."""
     num_tokens = roll.completion_mask.sum().item()
     first = old_logp is None
     if first:
@@ -137,7 +137,7 @@ def accumulate_gradients(acc, model, roll: Rollout, advantages: torch.Tensor, re
             p = grpo_loss(logp, old_logp[cols], None if ref_logp is None else ref_logp[cols], advantages[mb.rows],
                           mb.completion_mask.float(), beta=beta, epsilon=epsilon, epsilon_high=epsilon_high,
                           entropy=ent, entropy_coef=entropy_coef, num_tokens=num_tokens)
-            acc.backward(corrupt(p.loss) if corrupt else p.loss)
+            acc.backward(on_loss(p.loss) if on_loss else p.loss)
         for k in parts:
             parts[k] += getattr(p, k)
     return parts, old_logp
