@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import mad_sigma
+from ..stats import mad_sigma, past_shifts_sd
 from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
 
 
@@ -137,7 +137,8 @@ class ChangePoint(Detector):
             stderr *= _wander(pre, sigma)
         if abs(shift) < p.min_rel_shift * abs(m0) or abs(shift) < p.min_sigma * stderr:
             return None
-        if p.history and abs(shift) < p.history_k * _past_shifts(hist[: len(hist) - len(seg)], p, len(pre), len(post)):
+        if p.history and abs(shift) < p.history_k * past_shifts_sd(hist[: len(hist) - len(seg)], len(pre), len(post),
+                                                   p.history, p.min_history):
             return None
         mid, side = (m0 + m1) / 2.0, np.sign(shift)
         if np.mean(side * (post - mid) > 0) < 0.8 or side * (np.median(post[-3:]) - mid) <= 0:
@@ -158,19 +159,6 @@ class ChangePoint(Detector):
         self.tail, self.tail_steps = list(s.get("tail", [])), list(s.get("tail_steps", []))
         self.seen, self.quiet_until = int(s.get("seen", 0)), int(s.get("quiet_until", 0))
         self.last_change_step = int(s.get("last_change_step", -1))
-
-
-def _past_shifts(earlier: np.ndarray, p, a: int, b: int) -> float:
-    """Standard deviation of the same comparison made earlier in the run: the mean of ``b``
-    samples minus the mean of the ``a`` before them (the two segments' lengths), over the last
-    ``history`` records of ``earlier``; 0 while fewer than ``min_history`` such comparisons exist."""
-    x = earlier[-(p.history + a + b):]
-    if len(x) < a + b + p.min_history:
-        return 0.0
-    cs = np.concatenate([[0.0], np.cumsum(x)])
-    k = np.arange(a + b, len(x) + 1)
-    diff = (cs[k] - cs[k - b]) / b - (cs[k - b] - cs[k - a - b]) / a
-    return float(np.std(diff))
 
 
 def _wander(pre: np.ndarray, sigma: float) -> float:

@@ -17,8 +17,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import MAD_TO_SIGMA
-from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, median_rows,
+from ..stats import MAD_TO_SIGMA, median_mad, median_mad_rows, window_max
+from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail,
                    quantile_rows, register, windows)
 
 
@@ -66,7 +66,7 @@ class Spike(Detector):
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
         have = np.minimum(start, p.window)
-        med, mad, top, sd = self._baseline(hist, start, local, have)
+        med, mad, top, sd = self._baseline(hist, start, local, have, chunk.values)
         ok = have >= p.min_history
         spread = MAD_TO_SIGMA * mad
         if p.surrogate == "deciles":
@@ -96,10 +96,15 @@ class Spike(Detector):
         self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
         return Scan(verdict, z, med)
 
-    def _baseline(self, hist, start, local, have):
+    def _baseline(self, hist, start, local, have, values):
         """Median, MAD, max and decile spread of the window before each sample's block. A
         block's baseline depends only on samples before it, so the last one is kept: a live
-        run's one-record chunks inside a block reuse it instead of recomputing it."""
+        run's one-record chunks inside a block reuse it instead of recomputing it.
+
+        With ``over_max``, a sample below ``over_max`` x its window's maximum cannot trigger:
+        the window's maximum (one cheap reduction) screens the blocks first, and the median
+        and MAD (two partitions a window) are computed only for the blocks a sample passed,
+        and the last block (kept); elsewhere they are NaN, which no test passes."""
         p, n = self.p, len(start)
         c = self._block
         if n and c is not None and start[0] == c[0] and start[-1] == c[0]:
@@ -109,23 +114,30 @@ class Spike(Detector):
         full = uniq - p.window >= 0
         if full.any():
             pos = uniq[full]
-            view = windows(hist[: pos.max()], p.window)[pos - p.window]
-            m = median_rows(view)
+            allview = windows(hist[: pos.max()], p.window)
+            ut = np.full(len(uniq), np.nan)
+            if p.over_max is not None:
+                if 4 * len(pos) < len(allview):  # a baseline every few samples: only those
+                    ut[full] = allview[pos - p.window].max(axis=1)
+                else:
+                    ut[full] = window_max(hist[: pos.max()], p.window)[pos - p.window]
+                top = ut[inv]
+                need = np.zeros(len(uniq), dtype=bool)
+                need[inv[values >= p.over_max * top]] = True
+                need[-1] = True
+                full &= need
+                pos = uniq[full]
+            view = allview[pos - p.window]
             um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
-            um[full], ud[full] = m, median_rows(np.abs(view - m[:, None]))
+            um[full], ud[full] = median_mad_rows(view)
             med, mad = um[inv], ud[inv]
             if p.surrogate == "deciles":
                 us = np.zeros(len(uniq))
                 us[full] = _deciles(view)
                 sd = us[inv]
-            if p.over_max is not None:
-                ut = np.full(len(uniq), np.nan)
-                ut[full] = view.max(axis=1)
-                top = ut[inv]
-        for j in np.flatnonzero((have >= p.min_history) & np.isnan(med)):  # partial windows at the start
-            w = hist[max(0, local[j] - p.window): local[j]]
-            med[j] = np.median(w)
-            mad[j] = np.median(np.abs(w - med[j]))
+        for j in np.flatnonzero((have >= p.min_history) & np.isnan(top if p.over_max is not None else med)):
+            w = hist[max(0, local[j] - p.window): local[j]]  # partial windows at the start
+            med[j], mad[j] = median_mad(w)
             top[j] = w.max()
             sd[j] = _deciles(w[None, :])[0]
         if n:
