@@ -25,7 +25,7 @@ from .firing import BestTracker, degrade, make_alert, say_keep
 from .incidents import Incidents, in_incident
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
-from .stats import robust_sigma_of_diffs
+from .stats import trailing_mean_se
 from .vocab import Vocabulary
 
 STATE_VERSION = 2  # 2: the run's incidents (a version-1 state loads with none open)
@@ -69,6 +69,7 @@ class Watchdog:
         self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._needed = _needed(self.rules)
+        self._chunk_series: dict[str, tuple] = {}
         self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
         self.incidents = Incidents()
 
@@ -95,6 +96,7 @@ class Watchdog:
         if self.first_step is None:
             self.first_step = int(min(int(c.steps[0]) for c in cols.values()))
         pending: list[tuple[int, int, Decision]] = []
+        self._chunk_series = {}  # guards' and companions' series for this chunk, built once
         new_alerts: list[tuple[int, int, Alert, str | None]] = []
         for name, col in cols.items():
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
@@ -111,6 +113,7 @@ class Watchdog:
             say_keep(a, best_of)
         self.alerts.extend(a for _, _, a, _ in new_alerts)
         self._last.update((f"{a.rule}|{a.metric}", a) for _, _, a, _ in new_alerts)
+        self._chunk_series = {}
         for name in self._needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
         pending.sort(key=lambda t: (t[0], t[1]))
@@ -179,6 +182,14 @@ class Watchdog:
         return out or None
 
     def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(seq, values, max before, min before) of a metric other rules look at: its kept
+        recent values and this chunk's, built once per chunk and read by every rule."""
+        got = self._chunk_series.get(metric)
+        if got is None:
+            got = self._chunk_series[metric] = self._build_series(metric, cols)
+        return got
+
+    def _build_series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
         rec = self.recent.get(metric) or Recent()
         col = cols.get(metric)
         seq = np.asarray(rec.seq, dtype=np.int64)
@@ -196,22 +207,7 @@ class Watchdog:
         if not comp:
             return None
         seq, vals, _, _ = self._series(comp, cols)
-        smooth = int(rule.params.get("smooth", 5))
-        finite = np.isfinite(vals)
-        seq, vals = seq[finite], vals[finite]
-        n = len(col.values)
-        if len(vals) == 0:
-            return np.full(n, np.nan), np.zeros(n)
-        pos = np.searchsorted(seq, col.seq, side="right") - 1
-        mean, se = np.full(n, np.nan), np.zeros(n)
-        for j, p in enumerate(pos.tolist()):  # evaluations are sparse: a loop is cheap
-            if p < 0:
-                continue
-            window = vals[max(0, p - smooth + 1): p + 1]
-            mean[j] = window.mean()
-            sigma = robust_sigma_of_diffs(vals[max(0, p - 49): p + 1])
-            se[j] = 0.0 if np.isnan(sigma) else sigma / np.sqrt(len(window))
-        return mean, se
+        return trailing_mean_se(seq, vals, col.seq, int(rule.params.get("smooth", 5)))
 
     def _guards(self, rule: Rule, col: Column, cols: dict[str, Column],
                 idx: np.ndarray | None = None) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import mad_sigma, past_shifts_sd
+from ..stats import best_split_l2, mad_sigma, past_shifts_sd
 from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
 
 
@@ -115,14 +115,12 @@ class ChangePoint(Detector):
         return z
 
     def _confirm(self, hist: np.ndarray, steps: np.ndarray, quantum: float):
-        import ruptures as rpt  # imported lazily: only when the screen trips
-
         p = self.p
         seg = hist[-p.window:]
         ssteps = steps[-p.window:]
         if len(seg) < 2 * p.min_size:
             return None
-        b = rpt.KernelCPD(kernel="linear", min_size=p.min_size, jump=1).fit(seg).predict(n_bkps=1)[0]
+        b = _split(seg, p.min_size)
         if len(seg) - b < p.min_size or b < p.min_size:
             return None
         pre, post = seg[:b], seg[b:]
@@ -159,6 +157,18 @@ class ChangePoint(Detector):
         self.tail, self.tail_steps = list(s.get("tail", [])), list(s.get("tail_steps", []))
         self.seen, self.quiet_until = int(s.get("seen", 0)), int(s.get("quiet_until", 0))
         self.last_change_step = int(s.get("last_change_step", -1))
+
+
+def _split(seg: np.ndarray, min_size: int) -> int:
+    """Where ruptures (KernelCPD, linear kernel, one change) places the change: computed by
+    :func:`rlguard.stats.best_split_l2`, and by ruptures itself (imported only then) where
+    two splits tie within rounding."""
+    found = best_split_l2(seg, min_size)
+    if found is not None and found[1]:
+        return found[0]
+    import ruptures as rpt
+
+    return rpt.KernelCPD(kernel="linear", min_size=min_size, jump=1).fit(seg).predict(n_bkps=1)[0]
 
 
 def _wander(pre: np.ndarray, sigma: float) -> float:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from ..stats import sorted_unique, window_max
 from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
 from .level import _Rolling
 
@@ -53,8 +54,8 @@ class Growth(_Rolling):
         absolute = first + np.arange(n)
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
         end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
-        base, top = self._baseline(hist, block, end)
         lower = level - chunk.quantum / 2.0
+        base, top, fine = self._baseline(hist, block, end, lower)
         ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
         trig = (ratio >= p.min_factor) & (lower > p.min_value)
         if p.over_baseline_max is not None:
@@ -64,31 +65,64 @@ class Growth(_Rolling):
                 usual = upper_median(hist[max(0, end[j] - p.long_window): max(end[j], 1)])
                 trig[j] = lower[j] >= p.min_factor * usual
         verdict = np.where(np.isfinite(ratio), trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        if fine is not None:
+            verdict[fine] = 0  # screened: a positive baseline no sample of it could exceed enough
         return Scan(verdict, ratio, base, level=level)
 
-    def _baseline(self, hist: np.ndarray, block: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _baseline(self, hist: np.ndarray, block: np.ndarray, end: np.ndarray,
+                  lower: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Median and max of each sample's baseline window (``hist[end - baseline_window: end]``,
-        partial early in the run). A block's baseline is fixed once its block starts, so the
-        last one is kept for a live run's one-record chunks."""
+        partial early in the run), and where the sample was judged fine without its median
+        (None: nowhere). A block's baseline is fixed once its block starts, so the last one is
+        kept for a live run's one-record chunks.
+
+        The median (a partition a window) is computed only where it matters: where the window
+        has a value <= 0 (the ratio's sign is in question), where a sample could trigger
+        (``lower >= min_factor x`` the window's minimum, a bound on the median from below,
+        and the other tests), and for the last block (kept). Elsewhere the sample is fine."""
         p, n = self.p, len(block)
         c = self._block
         if n and c is not None and block[0] == c[0] and block[-1] == c[0]:
-            return np.full(n, c[1]), np.full(n, c[2])
+            return np.full(n, c[1]), np.full(n, c[2]), None
         base, top = np.full(n, np.nan), np.full(n, np.nan)
+        fine = None
         full = end - p.baseline_window >= 0
         if full.any():
-            uniq, inv = np.unique(end[full], return_inverse=True)
-            view = windows(hist, p.baseline_window)
-            base[full] = upper_median(view[uniq - p.baseline_window], axis=1)[inv]
-            if p.over_baseline_max is not None:
-                top[full] = view[uniq - p.baseline_window].max(axis=1)[inv]
+            bw = p.baseline_window
+            uniq, inv = sorted_unique(end[full])  # end rises with the sample
+            if len(uniq) * bw > 4 * len(hist):  # dense baselines: O(n) running extremes
+                hi = window_max(hist[: uniq[-1]], bw)[uniq - bw]
+                lo = -window_max(-hist[: uniq[-1]], bw)[uniq - bw]
+            else:
+                rows = windows(hist, bw)[uniq - bw]
+                hi, lo = rows.max(axis=1), rows.min(axis=1)
+            could = self._possible(lower[full], hi[inv], lo[inv])
+            need = lo <= 0
+            need[inv[could]] = True
+            need[-1] = True
+            b = np.full(len(uniq), np.nan)
+            b[need] = upper_median(windows(hist, bw)[uniq[need] - bw], axis=1)
+            base[full] = b[inv]
+            top[full] = hi[inv]
+            fine = np.zeros(n, dtype=bool)
+            fine[np.flatnonzero(full)[~need[inv]]] = True
         early = ~full & (end >= p.min_baseline)  # the first samples of a run: a partial window
         for j in np.flatnonzero(early):
             base[j] = upper_median(hist[: end[j]])
             top[j] = hist[: end[j]].max()
         if n:
             self._block = (int(block[-1]), float(base[-1]), float(top[-1]))
-        return base, top
+        return base, top, fine
+
+    def _possible(self, lower: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """Where a sample could trigger against a positive baseline window, from its minimum
+        ``lo`` and maximum ``hi`` alone: the median is at least ``lo``, so ``lower / median
+        >= min_factor`` needs ``lower >= min_factor x lo`` (0.1% slack against rounding)."""
+        p = self.p
+        out = (lower >= 0.999 * p.min_factor * lo) & (lower > p.min_value)
+        if p.over_baseline_max is not None:
+            out &= lower >= p.over_baseline_max * hi
+        return out
 
     def load_state_dict(self, s):
         super().load_state_dict(s)

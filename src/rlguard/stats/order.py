@@ -237,3 +237,15 @@ def window_max(x: np.ndarray, w: int) -> np.ndarray:
     fwd = np.maximum.accumulate(blocks, axis=1).ravel()
     bwd = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
     return np.maximum(bwd[: n - w + 1], fwd[w - 1: n])
+
+
+def sorted_unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` for an already sorted 1-D array, in one pass (no
+    sort): the distinct values and, for each element, the index of its value among them."""
+    a = np.asarray(a)
+    if len(a) == 0:
+        return a.copy(), np.zeros(0, dtype=np.intp)
+    new = np.empty(len(a), dtype=bool)
+    new[0] = True
+    np.not_equal(a[1:], a[:-1], out=new[1:])
+    return a[new], np.cumsum(new) - 1

@@ -155,3 +155,27 @@ def past_shifts_sd(earlier: np.ndarray, a: int, b: int, history: int, min_histor
     k = np.arange(a + b, len(x) + 1)
     diff = (cs[k] - cs[k - b]) / b - (cs[k - b] - cs[k - a - b]) / a
     return float(np.std(diff))
+
+
+def trailing_mean_se(seq: np.ndarray, vals: np.ndarray, at: np.ndarray, smooth: int,
+                     noise_window: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """As of each arrival number in ``at``: the mean of the series' last ``smooth`` finite
+    values (``seq``/``vals``, in arrival order) and its standard error, from the series' own
+    noise (:func:`robust_sigma_of_diffs` of its last ``noise_window`` values; 0 while fewer
+    than 3). NaN mean (0 error) where nothing was logged yet. Asked at a companion's sparse
+    evaluations, so one loop over ``at``."""
+    finite = np.isfinite(vals)
+    seq, vals = seq[finite], vals[finite]
+    n = len(at)
+    if len(vals) == 0:
+        return np.full(n, np.nan), np.zeros(n)
+    pos = np.searchsorted(seq, at, side="right") - 1
+    mean, se = np.full(n, np.nan), np.zeros(n)
+    for j, p in enumerate(pos.tolist()):
+        if p < 0:
+            continue
+        window = vals[max(0, p - smooth + 1): p + 1]
+        mean[j] = window.mean()
+        sigma = robust_sigma_of_diffs(vals[max(0, p - noise_window + 1): p + 1])
+        se[j] = 0.0 if np.isnan(sigma) else sigma / np.sqrt(len(window))
+    return mean, se
