@@ -234,3 +234,28 @@ def test_screens_never_change_a_verdict(name, params, monkeypatch):
         for got in with_screen:
             assert np.array_equal(got, full), (label, np.flatnonzero(got != full)[:5])
     assert triggered, "the series must trigger somewhere, or the screen is not tested"
+
+
+def test_gain_loss_noise_skipped_where_no_test_reads_it_changes_no_verdict(monkeypatch):
+    """gain_loss estimates its noise only at the block boundaries whose samples passed the
+    tests that do not read it: verdicts equal those with every boundary estimated."""
+    import rlguard.detectors.gainloss as gl
+
+    cls, params = DETECTORS["gain_loss"], {"window": 10, "min_frac": 0.35}
+    r = np.random.default_rng(4)
+    n = 4000
+    rise = np.minimum(np.arange(n) / 800.0, 1.0)
+    series = {"slide": np.where(np.arange(n) > 2500, rise - (np.arange(n) - 2500) / 2000.0, rise),
+              "healthy": rise, "flat": np.zeros(n)}
+    full_calls = gl.block_noise
+    triggered = 0
+    for label, base in series.items():
+        x = base + 0.05 * r.standard_normal(n)
+        steps = np.arange(n, dtype=np.int64)
+        got = cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict
+        with monkeypatch.context() as m:
+            m.setattr(gl, "block_noise", lambda *a, **k: full_calls(*a[:6]))
+            want = cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict
+        assert np.array_equal(got, want), (label, np.flatnonzero(got != want)[:5])
+        triggered += int((want == 1).sum())
+    assert triggered, "the slide must trigger, or the skipping is not tested"

@@ -224,3 +224,15 @@ def test_best_split_l2_is_the_split_ruptures_places_wherever_it_is_clear():
         assert b == rpt.KernelCPD(kernel="linear", min_size=m, jump=1).fit(x).predict(n_bkps=1)[0], (t, n, m)
     assert clear > 400 and unclear > 0
     assert best_split_l2(np.arange(5.0), 3) is None
+
+
+def test_block_noise_with_want_equals_without_where_wanted():
+    rng = np.random.default_rng(8)
+    for name, x in streams(6, 900):
+        want = rng.random(900) < 0.05
+        full, s_full = block_noise(x, 900, 0, 10, 300, None)
+        part, s_part = block_noise(x, 900, 0, 10, 300, None, want)
+        assert s_full == s_part or (np.isnan(s_full) and np.isnan(s_part)), name
+        assert np.array_equal(part[want], full[want], equal_nan=True), name
+        skipped = ~((part == full) | (np.isnan(part) & np.isnan(full)))
+        assert not (skipped & want).any() and np.all(part[skipped] == -np.inf), name

@@ -62,8 +62,8 @@ class GainLoss(_Rolling):
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.full(n, np.nan)
         ref_step = np.full(n, -1, dtype=np.int64)
-        sig = self._sigmas(hist, n, first)
         if not full.any():
+            self._sigmas(hist, n, first, None)  # the noise keeps its schedule
             return Scan(verdict, stat, ref, ref_step, level=level)
         if self.start is None:
             self.start = float(level[np.argmax(full)])
@@ -72,20 +72,24 @@ class GainLoss(_Rolling):
         idx = np.where(cand > np.concatenate([[self.peak], acc[:-1]]), np.arange(n), -1)
         last = np.maximum.accumulate(idx)
         pstep = np.where(last >= 0, chunk.steps[np.maximum(last, 0)], self.peak_step)
-        sig = np.maximum(np.nan_to_num(sig, nan=np.inf), max(chunk.quantum, 1e-12) / np.sqrt(p.window))
         gain, fall = acc - self.start, acc - level
+        material = gain >= p.min_rel_gain * np.maximum(abs(self.start), np.abs(acc))
+        # the noise is needed only where the tests that do not read it pass (it is > 0, so a
+        # trigger needs a gain and a fall): elsewhere the sample is fine whatever the noise
+        want = full & material & (fall >= p.min_frac * gain) & (gain > 0) & (fall > 0)
+        sig = self._sigmas(hist, n, first, want)
+        sig = np.maximum(np.nan_to_num(sig, nan=np.inf), max(chunk.quantum, 1e-12) / np.sqrt(p.window))
         # the peak is the largest of many rolling means: it sits sqrt(2 ln m) noise units above
         # the true level after m independent windows, so both tests are raised by that much
         m = np.maximum((pos + 1) / p.window, 1.0)
         bias = np.sqrt(2.0 * np.log(m))
-        material = gain >= p.min_rel_gain * np.maximum(abs(self.start), np.abs(acc))
         trig = (gain >= (p.gain_z + bias) * sig) & material & (fall >= p.min_frac * gain) & (fall >= (p.z + bias) * sig)
         verdict = np.where(full & np.isfinite(sig), trig.astype(np.int8), UNKNOWN).astype(np.int8)
         stat = np.divide(fall, gain, out=np.zeros(n), where=gain > 0)
         self.peak, self.peak_step = float(acc[-1]), int(pstep[-1])
         return Scan(verdict, stat, acc, pstep.astype(np.int64), level=level)
 
-    def _sigmas(self, hist: np.ndarray, n: int, first: int) -> np.ndarray:
+    def _sigmas(self, hist: np.ndarray, n: int, first: int, want: np.ndarray | None) -> np.ndarray:
         """Noise of the level itself: the robust sigma of the differences between consecutive
         non-overlapping means of ``window`` samples over the trailing history (so slow,
         autocorrelated wander counts, which sample-to-sample differences would hide),
@@ -93,8 +97,9 @@ class GainLoss(_Rolling):
         keeps replay and live use identical), so the noise follows the run's current regime: a
         reward that starts at 0 has no spread until the policy starts solving prompts, and a
         noise held from that calm start would make ordinary bimodal swings look like a slide.
-        NaN until 8 block means exist. Computed by :func:`rlguard.stats.block_noise`."""
-        out, self.sigma = block_noise(hist, n, first, self.p.window, self.p.history, self.sigma)
+        NaN until 8 block means exist; ``-inf`` where no ``want``-ed sample reads it.
+        Computed by :func:`rlguard.stats.block_noise`."""
+        out, self.sigma = block_noise(hist, n, first, self.p.window, self.p.history, self.sigma, want)
         return out
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:

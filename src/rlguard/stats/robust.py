@@ -69,7 +69,7 @@ def block_noise_loop(hist: np.ndarray, n: int, first: int, w: int, history: int,
 
 
 def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
-                sigma: float | None) -> tuple[np.ndarray, float | None]:
+                sigma: float | None, want: np.ndarray | None = None) -> tuple[np.ndarray, float | None]:
     """Noise of a rolling mean of ``w`` samples at each of the last ``n`` positions of
     ``hist`` (absolute position of the first: ``first``), re-estimated every ``w`` samples
     counted from the start of the run and held in between, retried at every sample while
@@ -79,6 +79,10 @@ def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
     The estimates at block boundaries share one grid of block means, so the whole chunk is
     two partitions over a window view of their differences; where any estimate is unknown
     (a young run) it falls back to :func:`block_noise_loop`, which defines the numbers.
+
+    ``want`` (per position, optional) says which estimates the caller will read: a block
+    boundary none of whose positions is wanted is not estimated there and reads ``-inf``
+    (never NaN: an estimate there would have been finite); the last one always is (held).
     """
     out = np.empty(n)
     off = len(hist) - n
@@ -104,16 +108,21 @@ def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
     k = (int(ends[-1]) - s0) // w
     means = hist[s0: s0 + k * w].reshape(k, w).mean(axis=1)
     last_block = (ends - s0) // w  # blocks [last_block - m, last_block) end at each boundary
-    sig = np.empty(len(ends))
-    for mm in np.unique(m).tolist():
-        sel = np.flatnonzero(m == mm)
+    sig = np.full(len(ends), -np.inf)
+    need = np.ones(len(ends), dtype=bool)
+    if want is not None:
+        need[:] = False
+        need[(np.arange(n - j) // w)[want[j:]]] = True
+        need[-1] = True
+    for mm in np.unique(m[need]).tolist():
+        sel = np.flatnonzero((m == mm) & need)
         starts = last_block[sel] - mm
         if len(sel) > 1 and np.all(np.diff(starts) == 1):
             view = windows(means[starts[0]: starts[-1] + mm], mm)
         else:
             view = means[starts[:, None] + np.arange(mm)]
         sig[sel] = robust_sigma_of_diffs_rows(view)
-    if not np.all(np.isfinite(sig)):
+    if not np.all(np.isfinite(sig[need])):
         rest, sigma = block_noise_loop(hist[: off + n], n - j, first + j, w, history, sigma)
         out[j:] = rest
         return out, sigma
