@@ -22,11 +22,11 @@ from .order import (RollingMedian, median_rows, rolling_median, sorted_unique, u
                     window_max, windows)
 from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
                      past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se)
-from .split import best_split_l2
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
+from .split import best_split_l2
 
-__all__ = ["RollingMedian", "median_rows", "rolling_median", "upper_median", "upper_median_rows", "window_max", "sorted_unique",
+__all__ = ["RollingMedian", "median_rows", "rolling_median", "sorted_unique", "upper_median", "upper_median_rows",
+           "window_max", "windows",
            "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
-           "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "trailing_mean_se",
-           "robust_sigma_of_diffs_rows", "windows", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak",
-           "streaks", "best_split_l2"]
+           "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",
+           "trailing_mean_se", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks"]
