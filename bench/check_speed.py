@@ -1,13 +1,21 @@
 """How much slower is ``rlguard check`` than just parsing the log? Target: <= 1.0x (issue 23).
 
     .venv/bin/python bench/check_speed.py [--steps 100000] [--repeat 3] [--target 1.0]
+                                          [--base OTHER_CHECKOUT/src] [--log FILE]
 
 Writes a flat JSONL of ``--steps`` steps x 12 metrics (a realistic healthy GRPO run from the
-corpus generator, W&B-style namespaced keys) to a temporary directory, then times in this
-interpreter, best of ``--repeat``:
+corpus generator, W&B-style namespaced keys) to a temporary directory (or reads ``--log``),
+then times in this interpreter, best of ``--repeat``:
   (a) stdlib ``json.loads`` of every line,
   (b) ``rlguard.cli.main(["check", path, "--format", "json"])`` with stdout sent to /dev/null.
 Prints both times and their ratio; exits 1 if the ratio is above ``--target``.
+
+With ``--base`` (another checkout's ``src``, e.g. a ``git worktree`` of main), (a) and (b) are
+timed in fresh interpreters, one per tree, alternated ``--repeat`` times on the same log; the
+best json time over both trees is the one baseline (same code, same file), and each tree's
+ratio is printed with the quotient of the two check times: a machine shared with other work
+moves both alike. Times are CPU seconds of the process (``time.process_time``) with
+``--cpu``, wall seconds otherwise.
 """
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ import argparse
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -41,12 +50,15 @@ def write_log(path: Path, steps: int) -> None:
     writers.write_flat_jsonl(path, run.rows())
 
 
+CLOCK = time.perf_counter
+
+
 def time_json(path: Path) -> float:
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     with open(path) as f:
         for line in f:
             json.loads(line)
-    return time.perf_counter() - t0
+    return CLOCK() - t0
 
 
 @contextlib.contextmanager
@@ -68,13 +80,46 @@ def stdout_to_devnull():
 def time_rlguard(path: Path) -> tuple[float, object]:
     from rlguard import cli  # imported before timing starts
 
-    t0 = time.perf_counter()
+    t0 = CLOCK()
     with stdout_to_devnull():
         try:
             code = cli.main(["check", str(path), "--format", "json"])
         except SystemExit as e:
             code = e.code
-    return time.perf_counter() - t0, code
+    return CLOCK() - t0, code
+
+
+def one_tree(src: Path, log: Path, cpu: bool) -> tuple[float, float]:
+    """(json, check) seconds of one fresh interpreter using ``src``: a warm-up check first
+    (imports, lazy ones included), then one timed pass of each."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, __file__, "--log", str(log), "--repeat", "1", "--emit"] + (["--cpu"] if cpu else [])
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("EMIT ")), None)
+    if line is None:
+        raise SystemExit(f"{src}: no timing ({p.stderr.strip()[-500:]})")
+    t_json, t_rl = map(float, line.split()[1:3])
+    return t_json, t_rl
+
+
+def compare(base: Path, log: Path, repeat: int, cpu: bool, target: float) -> int:
+    trees = {"this": ROOT / "src", "base": base}
+    res: dict[str, list[tuple[float, float]]] = {k: [] for k in trees}
+    for _ in range(repeat):
+        for k, src in trees.items():
+            res[k].append(one_tree(src, log, cpu))
+    # the json parse is the same code on the same file in both trees: its best time over all
+    # runs is the one baseline (a per-tree best moves by 20% on a shared machine)
+    t_json = min(r[0] for rows in res.values() for r in rows)
+    ratios, checks = {}, {}
+    for k, rows in res.items():
+        checks[k] = min(r[1] for r in rows)
+        ratios[k] = checks[k] / t_json
+        print(f"{k:4} {trees[k]}: check {checks[k]:.3f} s, ratio {ratios[k]:.2f} against json {t_json:.3f} s "
+              f"(best of {repeat}, {'cpu' if cpu else 'wall'})")
+    print(f"this/base (check): {checks['this'] / checks['base']:.2f}x; this ratio {ratios['this']:.2f} "
+          f"(target <= {target}) {'ok' if ratios['this'] <= target else 'TOO SLOW'}")
+    return 0 if ratios["this"] <= target else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--target", type=float, default=1.0)
+    ap.add_argument("--base", type=Path, help="another checkout's src, timed alternately (a ratio)")
+    ap.add_argument("--log", type=Path, help="time this log instead of writing one")
+    ap.add_argument("--cpu", action="store_true", help="process CPU seconds instead of wall")
+    ap.add_argument("--emit", action="store_true", help=argparse.SUPPRESS)  # one tree, for --base
     args = ap.parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if args.cpu else time.perf_counter
+    if args.base and not (args.base / "rlguard").is_dir():
+        ap.error(f"--base {args.base}: no rlguard package there (give a checkout's src folder)")
+    if args.emit:
+        time_rlguard(args.log)  # warm-up: imports, lazy ones included
+        t_json, (t_rl, _) = time_json(args.log), time_rlguard(args.log)
+        print(f"EMIT {t_json} {t_rl}")
+        return 0
     try:
         from rlguard import cli  # noqa: F401
     except ImportError as e:
@@ -90,12 +148,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "speed.jsonl"
-        write_log(path, args.steps)
+        path = args.log or Path(tmp) / "speed.jsonl"
+        if args.log is None:
+            write_log(path, args.steps)
         size = path.stat().st_size / 1e6
         with open(path) as f:
             n_keys = len(json.loads(f.readline())) - 1
-        print(f"log: {args.steps} steps x {n_keys} metrics, {size:.1f} MB")
+        print(f"log: {path.name}, {n_keys} metrics a line, {size:.1f} MB")
+        if args.base:
+            return compare(args.base, path, args.repeat, args.cpu, args.target)
         t_json = min(time_json(path) for _ in range(args.repeat))
         runs = [time_rlguard(path) for _ in range(args.repeat)]
         t_rl = min(t for t, _ in runs)

@@ -187,3 +187,75 @@ def test_baseline_from_the_first_evaluation_counts_its_noise():
     # a configured baseline is exact: judged from the 3rd evaluation, as before
     v = _run("baseline", REGRESSION | {"baseline": 0.55}, np.array([0.55, 0.54, 0.45, 0.44, 0.44]), [5])
     assert v[2] == 1
+
+
+SCREENED = [  # (detector, params): the pack's screened spike and growth rules, and variants
+    ("spike", {"window": 30, "min_history": 8, "z": 50.0, "min_abs_delta": 0.5, "over_max": 3.0, "refresh": 1}),
+    ("spike", {"window": 30, "z": 10.0, "min_ratio": 5.0, "rel_floor": 0.1, "refresh": 10, "long_window": 200}),
+    ("spike", {"window": 30, "z": 10.0, "min_ratio": 10.0, "over_max": 3.0, "rel_floor": 0.1, "refresh": 10}),
+    ("spike", {"window": 30, "z": 10.0, "min_abs_delta": 0.01, "surrogate": "deciles"}),
+    ("spike", {"window": 10, "z": 4.0, "direction": "both", "refresh": 1}),
+    ("spike", {"window": 10, "z": 4.0, "direction": "down", "refresh": 3}),
+    ("growth", {"lag": 20, "baseline_window": 100, "min_baseline": 50, "min_factor": 10.0,
+                "over_baseline_max": 1.0, "long_window": 200}),
+    ("growth", {"lag": 10, "baseline_window": 20, "min_factor": 3.0, "min_value": 0.1, "min_baseline": 20}),
+    ("growth", {"window": 5, "lag": 30, "baseline_window": 20, "min_factor": 1.8, "refresh": 1}),
+]
+
+
+def _screen_series(seed: int) -> dict[str, np.ndarray]:
+    """Heavy-tailed positive, signed around 0, and growing series with bursts: where a
+    screen must pass many samples on and rule out the rest."""
+    r = np.random.default_rng(seed)
+    n = 3000
+    bursts = np.where(r.random(n) < 0.01, r.uniform(3, 40, n), 1.0)
+    return {"heavy": np.abs(r.standard_t(2, n)) * bursts + 0.05,
+            "signed": 0.03 * r.standard_normal(n) * bursts,
+            "growing": np.exp(np.linspace(0, 6, n)) * (1 + 0.3 * r.standard_normal(n)) * bursts}
+
+
+@pytest.mark.parametrize("name,params", SCREENED)
+def test_screens_never_change_a_verdict(name, params, monkeypatch):
+    """The cheap screens (a window's minimum and maximum bound what its median can make of a
+    sample) judge exactly as the full computation: verdicts are equal with the screen off
+    (every sample 'possible'), in one chunk and one sample at a time."""
+    cls = DETECTORS[name]
+    triggered = 0
+    for label, x in _screen_series(len(params)).items():
+        steps = np.arange(len(x), dtype=np.int64)
+        chunked = [slice(0, len(x))] if label != "growing" else [slice(i, i + 1) for i in range(len(x))]
+        with_screen = [cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict]
+        det = cls(cls.Params(**params))
+        with_screen.append(np.concatenate([det.scan(Chunk(steps[s], x[s])).verdict for s in chunked]))
+        with monkeypatch.context() as m:
+            m.setattr(cls, "_possible", lambda self, v, *a, **k: np.ones(len(v), dtype=bool))
+            full = cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict
+        triggered += int((full == 1).sum())
+        for got in with_screen:
+            assert np.array_equal(got, full), (label, np.flatnonzero(got != full)[:5])
+    assert triggered, "the series must trigger somewhere, or the screen is not tested"
+
+
+def test_gain_loss_noise_skipped_where_no_test_reads_it_changes_no_verdict(monkeypatch):
+    """gain_loss estimates its noise only at the block boundaries whose samples passed the
+    tests that do not read it: verdicts equal those with every boundary estimated."""
+    import rlguard.detectors.gainloss as gl
+
+    cls, params = DETECTORS["gain_loss"], {"window": 10, "min_frac": 0.35}
+    r = np.random.default_rng(4)
+    n = 4000
+    rise = np.minimum(np.arange(n) / 800.0, 1.0)
+    series = {"slide": np.where(np.arange(n) > 2500, rise - (np.arange(n) - 2500) / 2000.0, rise),
+              "healthy": rise, "flat": np.zeros(n)}
+    full_calls = gl.block_noise
+    triggered = 0
+    for label, base in series.items():
+        x = base + 0.05 * r.standard_normal(n)
+        steps = np.arange(n, dtype=np.int64)
+        got = cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict
+        with monkeypatch.context() as m:
+            m.setattr(gl, "block_noise", lambda *a, **k: full_calls(*a[:6]))
+            want = cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict
+        assert np.array_equal(got, want), (label, np.flatnonzero(got != want)[:5])
+        triggered += int((want == 1).sum())
+    assert triggered, "the slide must trigger, or the skipping is not tested"

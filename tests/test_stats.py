@@ -147,3 +147,92 @@ def test_streaks_batch_equals_incremental():
     assert streaks(c).tolist() == inc
     assert (streaks(c[150:], inc[149]).tolist() == inc[150:])
     assert streaks(np.array([True, True, False, True]), 5).tolist() == [6, 7, 0, 1]
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 5, 20, 30, 100])
+def test_window_max_equals_the_maximum_of_every_window(w):
+    from rlguard.stats import window_max, windows
+
+    for name, x in streams(w, 257):
+        for n in (w - 1, w, w + 1, 257):
+            got = window_max(x[:n], w)
+            want = windows(x[:n], w).max(axis=1) if n >= w else np.empty(0)
+            assert np.array_equal(got, want), (name, w, n)
+
+
+def test_sorted_unique_equals_numpy_unique_on_sorted_input():
+    from rlguard.stats import sorted_unique
+
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 2, 50, 1000):
+        a = np.sort(rng.integers(0, max(n // 5, 1), size=n))
+        u, inv = sorted_unique(a)
+        u2, inv2 = np.unique(a, return_inverse=True)
+        assert np.array_equal(u, u2) and np.array_equal(inv, inv2.ravel())
+        assert np.array_equal(u[inv], a)
+
+
+def test_median_mad_rows_and_one_window_equal_numpy():
+    from rlguard.stats import median_mad, median_mad_rows, windows
+
+    for name, x in streams(11, 120):
+        for w in (5, 30):
+            view = windows(x, w)
+            med, mad = median_mad_rows(view)
+            want_med = np.median(view, axis=1)
+            want_mad = np.median(np.abs(view - want_med[:, None]), axis=1)
+            assert np.array_equal(med, want_med) and np.array_equal(mad, want_mad), (name, w)
+            assert median_mad(view[7]) == (want_med[7], want_mad[7]), (name, w)
+
+
+def test_past_shifts_sd_is_the_spread_of_every_earlier_two_segment_comparison():
+    from rlguard.stats import past_shifts_sd
+
+    x = np.random.default_rng(5).normal(size=300).cumsum()
+    a, b = 12, 7
+    want = np.std([x[k - b:k].mean() - x[k - a - b:k - b].mean() for k in range(a + b, 301)])
+    assert past_shifts_sd(x, a, b, history=1000, min_history=10) == pytest.approx(want, rel=1e-9)
+    assert past_shifts_sd(x[:a + b + 5], a, b, history=1000, min_history=10) == 0.0  # too few
+
+
+def test_eval_noise_is_at_least_the_robust_sigma_of_differences():
+    from rlguard.stats import eval_noise
+
+    for name, x in streams(2, 16):
+        d = np.diff(x)
+        assert eval_noise(x) == max(robust_sigma_of_diffs(x), 1.2533 * float(np.mean(np.abs(d))) / np.sqrt(2.0))
+
+
+def test_best_split_l2_is_the_split_ruptures_places_wherever_it_is_clear():
+    """Every clear answer equals ruptures' KernelCPD (linear kernel, one change); ties within
+    rounding (integer-valued series, a tiny noise on a large level) are said to be unclear."""
+    rpt = pytest.importorskip("ruptures")
+    from rlguard.stats import best_split_l2
+
+    rng = np.random.default_rng(0)
+    clear = unclear = 0
+    for t in range(600):
+        n, m = int(rng.integers(16, 130)), int(rng.integers(2, 8))
+        x = [rng.normal(size=n), np.where(np.arange(n) > rng.integers(0, n), 1.0, 0.0) + 0.1 * rng.normal(size=n),
+             rng.integers(0, 3, n).astype(float), 1000 + 1e-3 * rng.normal(size=n),
+             rng.standard_cauchy(n)][t % 5]
+        b, ok = best_split_l2(x, m)
+        if not ok:
+            unclear += 1
+            continue
+        clear += 1
+        assert b == rpt.KernelCPD(kernel="linear", min_size=m, jump=1).fit(x).predict(n_bkps=1)[0], (t, n, m)
+    assert clear > 400 and unclear > 0
+    assert best_split_l2(np.arange(5.0), 3) is None
+
+
+def test_block_noise_with_want_equals_without_where_wanted():
+    rng = np.random.default_rng(8)
+    for name, x in streams(6, 900):
+        want = rng.random(900) < 0.05
+        full, s_full = block_noise(x, 900, 0, 10, 300, None)
+        part, s_part = block_noise(x, 900, 0, 10, 300, None, want)
+        assert s_full == s_part or (np.isnan(s_full) and np.isnan(s_part)), name
+        assert np.array_equal(part[want], full[want], equal_nan=True), name
+        skipped = ~((part == full) | (np.isnan(part) & np.isnan(full)))
+        assert not (skipped & want).any() and np.all(part[skipped] == -np.inf), name

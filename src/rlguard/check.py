@@ -79,8 +79,9 @@ def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, 
     seen: set[int] = set()
     for buf in reader.batches(path, chunk):
         n += len(buf)
-        seen.update(r.step for r in buf)
-        lo, hi = min(r.step for r in buf), max(r.step for r in buf)  # a resumed log goes back
+        steps = [r.step for r in buf]
+        seen.update(steps)
+        lo, hi = min(steps), max(steps)  # a resumed log goes back
         first = lo if first is None else min(first, lo)
         last = hi if last is None else max(last, hi)
         ds = wd.ingest(buf)

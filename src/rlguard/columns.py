@@ -26,6 +26,12 @@ class Column:
     values: np.ndarray  # float64
     lines: np.ndarray  # int64 source lines
     quantum: float = 0.0
+    _finite: bool | None = None  # every value finite (computed once, read by every rule)
+
+    def all_finite(self) -> bool:
+        if self._finite is None:
+            self._finite = bool(np.isfinite(self.values).all())
+        return self._finite
 
 
 @dataclass

@@ -57,11 +57,13 @@ class RuleInstance:
                  guard_ok: np.ndarray | None) -> list[Event]:
         values = col.values
         n = len(values)
-        sel = None if self.detector.wants_nonfinite else np.isfinite(values)
+        sel = None
+        if not self.detector.wants_nonfinite and not col.all_finite():
+            sel = np.isfinite(values)
         if self.rule.ignore_zero:
             sel = (values != 0.0) if sel is None else sel & (values != 0.0)
-        if sel is not None and sel.all():
-            sel = None  # every sample goes to the detector: no copies (the common, fast case)
+            if sel.all():
+                sel = None  # every sample goes to the detector: no copies (the common, fast case)
         if sel is None:
             other, other_se = companion if companion is not None else (None, None)
             sc = self.detector.scan(Chunk(col.steps, values, col.quantum, other, other_se))
@@ -83,7 +85,7 @@ class RuleInstance:
                     level[sel] = sc.level
         r = self.rule
         mute = None
-        if r.min_samples > 1:
+        if r.min_samples > 1 and self.samples + 1 < r.min_samples:
             mute = self.samples + np.arange(1, n + 1) < r.min_samples
         self.samples += n
         if r.warmup_steps:
@@ -97,13 +99,12 @@ class RuleInstance:
             mute = ~guard_ok if mute is None else mute | ~guard_ok
         if mute is not None:
             verdict[mute] = UNKNOWN
-        # the record before each sample, judged or not: where a streak starting there begins
-        prev = np.concatenate([[-1 if self.last_seen is None else self.last_seen], col.steps[:-1]])
+        seen_before = -1 if self.last_seen is None else self.last_seen
         if n:
             self.last_seen = int(col.steps[-1])
-        return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps, prev)
+        return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps, seen_before)
 
-    def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps, prev) -> list[Event]:
+    def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps, seen_before: int) -> list[Event]:
         judged = np.flatnonzero(verdict != UNKNOWN)
         if len(judged) == 0:
             return []
@@ -111,6 +112,8 @@ class RuleInstance:
         if not (self.firing or self.run or self.cool) and not (v == 1).any():
             self.last_step = int(steps[judged[-1]])
             return []  # fast path: nothing pending, nothing triggered
+        # the record before each sample, judged or not: where a streak starting there begins
+        prev = np.concatenate([[seen_before], steps[:-1]])
         events: list[Event] = []
         r = self.rule
         trig_at = np.flatnonzero(v == 1)  # positions in `judged` of triggered samples

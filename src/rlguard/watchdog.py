@@ -7,7 +7,6 @@ any size; a single step is a chunk of one) and act on the decisions it returns.
 """
 from __future__ import annotations
 
-import bisect
 import json
 import os
 from dataclasses import dataclass, field
@@ -19,49 +18,20 @@ import numpy as np
 from . import coverage
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
+from .detectors import DETECTORS
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
+from .firing import BestTracker, degrade, make_alert, say_keep
 from .incidents import Incidents, in_incident
-from .keep import before_incident
-from .verdict import onset_of
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
-from .stats import robust_sigma_of_diffs
+from .stats import trailing_mean_se
 from .vocab import Vocabulary
 
 STATE_VERSION = 2  # 2: the run's incidents (a version-1 state loads with none open)
 _READABLE_STATES = (1, 2)
 #: ``metrics: ["*"]``: a rule on every metric no other rule of its detector names
 ANY_METRIC = "*"
-
-
-@dataclass
-class BestTracker:
-    """Best value of the watched evaluation metric: every new best is a checkpoint decision."""
-
-    metric: str
-    mode: str
-    value: float | None = None
-    step: int | None = None
-    history: list[tuple[int, int]] = field(default_factory=list)  # (seq, step) of recent bests
-
-    def at(self, seq: int) -> int | None:
-        """Step of the best as it stood when record ``seq`` arrived."""
-        i = bisect.bisect_right(self.history, (seq, float("inf"))) - 1
-        return self.history[i][1] if i >= 0 else None
-
-    def update(self, col: Column) -> list[tuple[int, str]]:
-        out = []
-        sign = 1.0 if self.mode == "max" else -1.0
-        for j, v in enumerate(col.values.tolist()):
-            if not np.isfinite(v):
-                continue
-            if self.value is None or sign * (v - self.value) > 0:
-                prev = "" if self.value is None else f" (previous best {self.value:.4g} at step {self.step})"
-                self.value, self.step = v, int(col.steps[j])
-                self.history = (self.history + [(int(col.seq[j]), self.step)])[-256:]
-                out.append((j, f"{self.metric} reached a new best {v:.4g}{prev}: keep this checkpoint"))
-        return out
 
 
 @dataclass
@@ -99,6 +69,7 @@ class Watchdog:
         self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._needed = _needed(self.rules)
+        self._chunk_series: dict[str, tuple] = {}
         self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
         self.incidents = Incidents()
 
@@ -125,6 +96,7 @@ class Watchdog:
         if self.first_step is None:
             self.first_step = int(min(int(c.steps[0]) for c in cols.values()))
         pending: list[tuple[int, int, Decision]] = []
+        self._chunk_series = {}  # guards' and companions' series for this chunk, built once
         new_alerts: list[tuple[int, int, Alert, str | None]] = []
         for name, col in cols.items():
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
@@ -138,9 +110,10 @@ class Watchdog:
         new_alerts.sort(key=lambda t: (t[0], t[1]))  # arrival order, as a live run sees them
         self.incidents.assign((seq, a) for seq, _, a, _ in new_alerts)
         for _, _, a, best_of in new_alerts:
-            _say_keep(a, best_of)
+            say_keep(a, best_of)
         self.alerts.extend(a for _, _, a, _ in new_alerts)
         self._last.update((f"{a.rule}|{a.metric}", a) for _, _, a, _ in new_alerts)
+        self._chunk_series = {}
         for name in self._needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
         pending.sort(key=lambda t: (t[0], t[1]))
@@ -178,9 +151,9 @@ class Watchdog:
             events = inst.evaluate(col, self.first_step or 0, companion, guards)
             unchecked = self._unchecked(rule, col, cols) if events else None
             for ev in events:
-                alert, best_of = self._alert(rule, name, col, ev, inst)
+                alert, best_of = make_alert(self.run, rule, name, col, ev, inst.detector.ref_is_best, self.best)
                 if unchecked is not None and ev.firing:
-                    _degrade(alert, [m for m, miss in unchecked if miss[ev.index]])
+                    degrade(alert, [m for m, miss in unchecked if miss[ev.index]])
                 new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert, best_of))
                 if ev.firing:
                     d = Decision(Action(alert.action), alert.step, alert.message, alert, rule.kind)
@@ -209,6 +182,14 @@ class Watchdog:
         return out or None
 
     def _series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
+        """(seq, values, max before, min before) of a metric other rules look at: its kept
+        recent values and this chunk's, built once per chunk and read by every rule."""
+        got = self._chunk_series.get(metric)
+        if got is None:
+            got = self._chunk_series[metric] = self._build_series(metric, cols)
+        return got
+
+    def _build_series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
         rec = self.recent.get(metric) or Recent()
         col = cols.get(metric)
         seq = np.asarray(rec.seq, dtype=np.int64)
@@ -222,49 +203,16 @@ class Watchdog:
 
         The standard error comes from the companion's own noise: the robust sigma of its
         consecutive differences over its last 50 values (0 while there are fewer than 3)."""
-        comp = rule.params.get("with_metric")
+        comp = companion_of(rule)
         if not comp:
             return None
         seq, vals, _, _ = self._series(comp, cols)
-        smooth = int(rule.params.get("smooth", 5))
-        finite = np.isfinite(vals)
-        seq, vals = seq[finite], vals[finite]
-        n = len(col.values)
-        if len(vals) == 0:
-            return np.full(n, np.nan), np.zeros(n)
-        pos = np.searchsorted(seq, col.seq, side="right") - 1
-        mean, se = np.full(n, np.nan), np.zeros(n)
-        for j, p in enumerate(pos.tolist()):  # evaluations are sparse: a loop is cheap
-            if p < 0:
-                continue
-            window = vals[max(0, p - smooth + 1): p + 1]
-            mean[j] = window.mean()
-            sigma = robust_sigma_of_diffs(vals[max(0, p - 49): p + 1])
-            se[j] = 0.0 if np.isnan(sigma) else sigma / np.sqrt(len(window))
-        return mean, se
+        return trailing_mean_se(seq, vals, col.seq, int(rule.params.get("smooth", 5)))
 
     def _guards(self, rule: Rule, col: Column, cols: dict[str, Column],
                 idx: np.ndarray | None = None) -> np.ndarray:
         series = {g.metric: self._series(g.metric, cols) for g in rule.guards}
         return guard_mask(rule.guards, rule.guard_mode, col.seq if idx is None else col.seq[idx], series)
-
-    def _alert(self, rule: Rule, metric: str, col: Column, ev, inst: RuleInstance) -> tuple[Alert, str | None]:
-        j = ev.index
-        value = float(col.values[j]) if ev.value is None else ev.value
-        ckpt, best_of = None, None
-        if rule.action == Action.STOP:
-            if inst.detector.ref_is_best and ev.ref_step is not None:
-                ckpt, best_of = ev.ref_step, metric  # the detector tracked this metric's best itself
-            elif self.best is not None:
-                ckpt, best_of = self.best.at(int(col.seq[j])), self.best.metric
-        msg = ev.message
-        if ev.firing and rule.action == Action.STOP:
-            msg += "; stop the run"  # the checkpoint to keep is said once the incident is known
-        return Alert(run=self.run, rule=rule.id, kind=rule.kind, severity=rule.severity.value,
-                     action=rule.action.value, step=int(col.steps[j]), metric=metric, value=value,
-                     message=msg, status="firing" if ev.firing else "resolved",
-                     line=int(col.lines[j]), checkpoint_step=ckpt, labels=dict(rule.labels),
-                     annotations=dict(rule.annotations)), best_of
 
     def _track_best(self, cols: dict[str, Column], pending: list) -> None:
         if self.best is None:
@@ -396,34 +344,6 @@ class Watchdog:
             raise StateError(exc.message, path=str(path)) from None
 
 
-def _say_keep(alert: Alert, best_of: str | None) -> None:
-    """A stop names the best evaluation's checkpoint to keep only when it precedes the incident
-    (:func:`rlguard.keep.before_incident`, as the stop record and Slack): a best inside it is none."""
-    if alert.checkpoint_step is None:
-        return
-    if not before_incident(alert.checkpoint_step, onset_of(alert)):
-        alert.checkpoint_step = None
-    elif alert.message.endswith("; stop the run"):
-        alert.message += f" and keep the step-{alert.checkpoint_step} checkpoint (best {best_of})"
-
-
-_LOWER = {"critical": "warning", "warning": "info", "info": "info"}
-
-
-def _degrade(alert: Alert, missing: list[str]) -> None:
-    """A rule that fired without a companion it could not check speaks one severity lower,
-    never stops, and says what it could not check."""
-    if not missing:
-        return
-    alert.severity = _LOWER[alert.severity]
-    if alert.action == Action.STOP.value:
-        alert.action = Action.CHECKPOINT.value
-        alert.message = alert.message.split("; stop the run")[0]
-        alert.checkpoint_step = None
-    alert.message += (f"; could not check {', '.join(missing)} (not logged), so the severity is "
-                      f"lowered to {alert.severity}")
-
-
 def _apply_baselines(rules: list[Rule], baselines: Mapping[str, float]) -> list[Rule]:
     """Regression rules take configured baselines; a baseline for a metric no regression rule
     watches gets a copy of the first regression rule for that metric."""
@@ -453,6 +373,13 @@ def _needed(rules: list[Rule]) -> set[str]:
     names: set[str] = set()
     for r in rules:
         names.update(g.metric for g in r.guards)
-        if r.params.get("with_metric"):
-            names.add(r.params["with_metric"])
+        if companion_of(r):
+            names.add(companion_of(r))
     return names
+
+
+def companion_of(rule: Rule) -> str | None:
+    """The companion metric a two-metric rule names: the parameter its detector declares in
+    ``companion_param`` (None for one-metric detectors)."""
+    param = DETECTORS[rule.detector].companion_param
+    return rule.params.get(param) if param else None

@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import robust_sigma_of_diffs
+from ..stats import eval_noise
 from .base import UNKNOWN, Chunk, Detector, Params, Scan, fmt, register
 
 
@@ -64,15 +64,6 @@ class Patience(Detector):
         self.best, self.best_step, self.since = s.get("best"), int(s.get("best_step", -1)), int(s.get("since", 0))
 
 
-def _eval_noise(hist: np.ndarray) -> float:
-    """One evaluation's noise from eval-to-eval differences: the larger of the robust (MAD)
-    estimate and the mean-absolute one, since a MAD of 4-10 differences is often near 0 by
-    luck (measured: 2 evals in a row '2 sigmas' below a flat level's first one in 9-12% of
-    16-evaluation runs with the MAD alone, 6% with both and the baseline's own noise)."""
-    d = np.diff(hist)
-    return max(robust_sigma_of_diffs(hist), 1.2533 * float(np.mean(np.abs(d))) / np.sqrt(2.0))
-
-
 @register
 class Baseline(Detector):
     """An evaluation metric worse than a baseline by more than its noise (a regression)."""
@@ -107,7 +98,7 @@ class Baseline(Detector):
             if len(self.hist) >= 5:
                 # the gap of two noisy evaluations where the baseline is the run's own first one
                 both = np.sqrt(2.0) if p.baseline is None else 1.0
-                margin = max(margin, p.noise_k * both * _eval_noise(np.array(self.hist)))
+                margin = max(margin, p.noise_k * both * eval_noise(np.array(self.hist)))
             gap[j] = sign * (self.base - v)
             # a first evaluation as baseline is as noisy as any: no opinion before its noise is known
             need = p.min_history if p.baseline is not None else max(p.min_history, 5)

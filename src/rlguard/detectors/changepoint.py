@@ -19,7 +19,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import mad_sigma
+from ..stats import best_split_l2, mad_sigma, past_shifts_sd
 from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
 
 
@@ -115,14 +115,12 @@ class ChangePoint(Detector):
         return z
 
     def _confirm(self, hist: np.ndarray, steps: np.ndarray, quantum: float):
-        import ruptures as rpt  # imported lazily: only when the screen trips
-
         p = self.p
         seg = hist[-p.window:]
         ssteps = steps[-p.window:]
         if len(seg) < 2 * p.min_size:
             return None
-        b = rpt.KernelCPD(kernel="linear", min_size=p.min_size, jump=1).fit(seg).predict(n_bkps=1)[0]
+        b = _split(seg, p.min_size)
         if len(seg) - b < p.min_size or b < p.min_size:
             return None
         pre, post = seg[:b], seg[b:]
@@ -137,7 +135,8 @@ class ChangePoint(Detector):
             stderr *= _wander(pre, sigma)
         if abs(shift) < p.min_rel_shift * abs(m0) or abs(shift) < p.min_sigma * stderr:
             return None
-        if p.history and abs(shift) < p.history_k * _past_shifts(hist[: len(hist) - len(seg)], p, len(pre), len(post)):
+        if p.history and abs(shift) < p.history_k * past_shifts_sd(hist[: len(hist) - len(seg)], len(pre), len(post),
+                                                   p.history, p.min_history):
             return None
         mid, side = (m0 + m1) / 2.0, np.sign(shift)
         if np.mean(side * (post - mid) > 0) < 0.8 or side * (np.median(post[-3:]) - mid) <= 0:
@@ -160,17 +159,16 @@ class ChangePoint(Detector):
         self.last_change_step = int(s.get("last_change_step", -1))
 
 
-def _past_shifts(earlier: np.ndarray, p, a: int, b: int) -> float:
-    """Standard deviation of the same comparison made earlier in the run: the mean of ``b``
-    samples minus the mean of the ``a`` before them (the two segments' lengths), over the last
-    ``history`` records of ``earlier``; 0 while fewer than ``min_history`` such comparisons exist."""
-    x = earlier[-(p.history + a + b):]
-    if len(x) < a + b + p.min_history:
-        return 0.0
-    cs = np.concatenate([[0.0], np.cumsum(x)])
-    k = np.arange(a + b, len(x) + 1)
-    diff = (cs[k] - cs[k - b]) / b - (cs[k - b] - cs[k - a - b]) / a
-    return float(np.std(diff))
+def _split(seg: np.ndarray, min_size: int) -> int:
+    """Where ruptures (KernelCPD, linear kernel, one change) places the change: computed by
+    :func:`rlguard.stats.best_split_l2`, and by ruptures itself (imported only then) where
+    two splits tie within rounding."""
+    found = best_split_l2(seg, min_size)
+    if found is not None and found[1]:
+        return found[0]
+    import ruptures as rpt
+
+    return rpt.KernelCPD(kernel="linear", min_size=min_size, jump=1).fit(seg).predict(n_bkps=1)[0]
 
 
 def _wander(pre: np.ndarray, sigma: float) -> float:

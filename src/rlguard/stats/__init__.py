@@ -6,7 +6,9 @@ value at a time (a live run, a daemon tailing a file), amortised O(log w) per va
 better. Detectors read these; the thresholds and decisions stay in ``rlguard.detectors``.
 
 - :mod:`.order`: rolling (upper) median over a window, batch and incremental (sorted window).
-- :mod:`.robust`: robust noise, 1.4826 x MAD (of values, of differences, of block means).
+- :mod:`.robust`: robust noise, 1.4826 x MAD (of values, of differences, of block means), an
+  evaluation's noise, and the spread of past two-segment shifts.
+- :mod:`.split`: the l2-optimal single split of a segment (what ruptures' KernelCPD gives).
 - :mod:`.running`: running peak / best with its position, EWMA and EW variance, streaks.
 
 Why not River (``river.stats.RollingQuantile``, ``river.stats.EWMean``/``EWVar``): its
@@ -16,12 +18,15 @@ one; and it would add a compiled dependency (and its own transitive ones) to a m
 that keeps to numpy, pydantic and PyYAML. The per-update cost of the incremental forms here
 matches River's (a binary search into a sorted window; O(1) for EW statistics).
 """
-from .order import RollingMedian, median_rows, rolling_median, upper_median, upper_median_rows, windows
-from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, mad_sigma, robust_sigma_of_diffs,
-                     robust_sigma_of_diffs_rows)
+from .order import (RollingMedian, median_rows, rolling_median, sorted_unique, upper_median, upper_median_rows,
+                    window_max, windows)
+from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
+                     past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se)
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
+from .split import best_split_l2
 
-__all__ = ["RollingMedian", "median_rows", "rolling_median", "upper_median", "upper_median_rows",
-           "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "mad_sigma", "robust_sigma_of_diffs",
-           "robust_sigma_of_diffs_rows", "windows", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak",
-           "streaks"]
+__all__ = ["RollingMedian", "median_rows", "rolling_median", "sorted_unique", "upper_median", "upper_median_rows",
+           "window_max", "windows",
+           "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
+           "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",
+           "trailing_mean_se", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks"]

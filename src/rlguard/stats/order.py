@@ -220,3 +220,32 @@ class RollingMedian:
         if k - i >= 0:
             best = max(best, abs(s[m + k - i] - c))
         return best
+
+
+def window_max(x: np.ndarray, w: int) -> np.ndarray:
+    """``windows(x, w).max(axis=1)``: the maximum of every window of ``w`` consecutive values,
+    in O(n) whatever ``w`` (van Herk / Gil-Werman: a running maximum forwards and backwards
+    inside blocks of ``w``; a window spans at most two blocks). Finite values."""
+    x = np.asarray(x, dtype=float)
+    n = len(x)
+    if n < w:
+        return np.empty(0)
+    if w <= 2:
+        return windows(x, w).max(axis=1)
+    pad = -n % w
+    blocks = np.concatenate([x, np.full(pad, -np.inf)]).reshape(-1, w)
+    fwd = np.maximum.accumulate(blocks, axis=1).ravel()
+    bwd = np.maximum.accumulate(blocks[:, ::-1], axis=1)[:, ::-1].ravel()
+    return np.maximum(bwd[: n - w + 1], fwd[w - 1: n])
+
+
+def sorted_unique(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(a, return_inverse=True)`` for an already sorted 1-D array, in one pass (no
+    sort): the distinct values and, for each element, the index of its value among them."""
+    a = np.asarray(a)
+    if len(a) == 0:
+        return a.copy(), np.zeros(0, dtype=np.intp)
+    new = np.empty(len(a), dtype=bool)
+    new[0] = True
+    np.not_equal(a[1:], a[:-1], out=new[1:])
+    return a[new], np.cumsum(new) - 1

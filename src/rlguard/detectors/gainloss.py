@@ -1,0 +1,224 @@
+"""Detectors of a level that moved away from where the run started.
+
+- ``gain_loss``: a metric gave back a large share of what it had gained since the start of
+  the run, measured against its own noise (a reward sliding slowly off its peak).
+- ``drift``: the level moved a long way from the start of the run in one direction.
+- ``trend``: a steady monotone move (Mann-Kendall) over the first records of a run.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from ..stats import block_noise
+from .base import UNKNOWN, Chunk, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
+from .level import _Early, _Rolling
+
+
+@register
+class GainLoss(_Rolling):
+    """The run gave back a large part of what it had gained (a reward sliding off its peak).
+
+    ``start`` is the first full rolling mean of ``window`` samples, ``peak`` the highest rolling
+    mean since, ``level`` the current one. The noise of a rolling mean is measured on the
+    rolling mean's own scale: the robust sigma of the differences between consecutive block
+    means of ``window`` samples over the kept history (autocorrelated wander included). It fires
+    when a real gain was made (``peak - start`` at least ``gain_z`` noise units) and the level
+    is back down by ``min_frac`` of that gain and by ``z`` noise units; both margins grow by
+    sqrt(2 ln m) after m windows, the expected excess of the largest of m noisy means. A slow slide that no
+    threshold-with-persistence catches accumulates here: the comparison is with the peak, not
+    with the recent past.
+    """
+
+    name = "gain_loss"
+
+    class Params(Params):
+        window: int = Field(10, ge=2, description="rolling mean of the last N samples (the level)")
+        min_frac: float = Field(0.35, gt=0, le=1, description="share of the gain given back")
+        z: float = Field(4.0, gt=0, description="and the fall is this many noise units")
+        gain_z: float = Field(4.0, gt=0, description="a gain counts when it is this many noise units")
+        history: int = Field(1000, ge=20, description="samples kept for the noise estimate")
+        min_rel_gain: float = Field(0.15, ge=0, description=(
+            "and the gain is at least this share of max(|start|, |peak|): a material gain"))
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.start: float | None = None
+        self.peak = -np.inf
+        self.peak_step = -1
+        self.sigma: float | None = None
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        hist = extend_tail(self.tail, chunk.values)
+        n, first = len(chunk.values), self.seen
+        level = rolling(hist, p.window, "mean", last=n)
+        pos = first + np.arange(n)
+        full = pos >= p.window - 1
+        self.seen += n
+        self.tail = keep_tail(hist, p.history)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.full(n, np.nan)
+        ref_step = np.full(n, -1, dtype=np.int64)
+        if not full.any():
+            self._sigmas(hist, n, first, None)  # the noise keeps its schedule
+            return Scan(verdict, stat, ref, ref_step, level=level)
+        if self.start is None:
+            self.start = float(level[np.argmax(full)])
+        cand = np.where(full, level, -np.inf)
+        acc = np.maximum.accumulate(np.concatenate([[self.peak], cand]))[1:]
+        idx = np.where(cand > np.concatenate([[self.peak], acc[:-1]]), np.arange(n), -1)
+        last = np.maximum.accumulate(idx)
+        pstep = np.where(last >= 0, chunk.steps[np.maximum(last, 0)], self.peak_step)
+        gain, fall = acc - self.start, acc - level
+        material = gain >= p.min_rel_gain * np.maximum(abs(self.start), np.abs(acc))
+        # the noise is needed only where the tests that do not read it pass (it is > 0, so a
+        # trigger needs a gain and a fall): elsewhere the sample is fine whatever the noise
+        want = full & material & (fall >= p.min_frac * gain) & (gain > 0) & (fall > 0)
+        sig = self._sigmas(hist, n, first, want)
+        sig = np.maximum(np.nan_to_num(sig, nan=np.inf), max(chunk.quantum, 1e-12) / np.sqrt(p.window))
+        # the peak is the largest of many rolling means: it sits sqrt(2 ln m) noise units above
+        # the true level after m independent windows, so both tests are raised by that much
+        m = np.maximum((pos + 1) / p.window, 1.0)
+        bias = np.sqrt(2.0 * np.log(m))
+        trig = (gain >= (p.gain_z + bias) * sig) & material & (fall >= p.min_frac * gain) & (fall >= (p.z + bias) * sig)
+        verdict = np.where(full & np.isfinite(sig), trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        stat = np.divide(fall, gain, out=np.zeros(n), where=gain > 0)
+        self.peak, self.peak_step = float(acc[-1]), int(pstep[-1])
+        return Scan(verdict, stat, acc, pstep.astype(np.int64), level=level)
+
+    def _sigmas(self, hist: np.ndarray, n: int, first: int, want: np.ndarray | None) -> np.ndarray:
+        """Noise of the level itself: the robust sigma of the differences between consecutive
+        non-overlapping means of ``window`` samples over the trailing history (so slow,
+        autocorrelated wander counts, which sample-to-sample differences would hide),
+        re-estimated every ``window`` samples counted from the start of the run (a fixed schedule
+        keeps replay and live use identical), so the noise follows the run's current regime: a
+        reward that starts at 0 has no spread until the policy starts solving prompts, and a
+        noise held from that calm start would make ordinary bimodal swings look like a slide.
+        NaN until 8 block means exist; ``-inf`` where no ``want``-ed sample reads it.
+        Computed by :func:`rlguard.stats.block_noise`."""
+        out, self.sigma = block_noise(hist, n, first, self.p.window, self.p.history, self.sigma, want)
+        return out
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        gain = ref - (self.start if self.start is not None else ref)
+        level = ref - stat * gain  # the judged rolling mean (``value`` is the latest sample)
+        return (f"{metric} (mean of last {self.p.window}) = {fmt(level)} gave back {stat * 100:.0f}% of "
+                f"its gain: peak {fmt(ref)} (step {ref_step}), start {fmt(self.start)} (+{fmt(gain)})")
+
+    def state_dict(self):
+        sigma = self.sigma if self.sigma is not None and np.isfinite(self.sigma) else None
+        return super().state_dict() | {"start": self.start,
+                                        "peak": self.peak if np.isfinite(self.peak) else None,
+                                        "peak_step": self.peak_step, "sigma": sigma}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.start = s.get("start")
+        self.sigma = s.get("sigma")
+        self.peak = -np.inf if s.get("peak") is None else float(s["peak"])
+        self.peak_step = int(s.get("peak_step", -1))
+
+
+@register
+class Drift(_Early):
+    """The level moved far from where the run started, in one direction.
+
+    ``start`` is the median of the first ``ref_window`` samples; ``level`` the rolling median of
+    ``window``. It fires when the level moved by ``min_delta`` in ``direction`` and its
+    magnitude is ``min_factor`` times the start's (log-probabilities that keep falling: -80 ->
+    -400). It needs no noise history beyond the start, so slow drifts of any logging interval
+    count alike.
+    """
+
+    name = "drift"
+
+    class Params(Params):
+        window: int = Field(5, ge=1, description="rolling median of the last N samples (the level)")
+        ref_window: int = Field(5, ge=1, description="the first N samples define the start")
+        direction: Literal["up", "down"] = Field("down", description="the move judged: up or down from the start")
+        min_delta: float = Field(0.0, ge=0, description="move from the start, in the metric's units")
+        min_factor: float = Field(1.0, ge=1, description="|level| >= min_factor * |start|")
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        self._note_early(chunk, p.ref_window)
+        _, level, first = self._levels(chunk, p.window - 1)
+        n = len(level)
+        start = float(np.median(self.early)) if self.early else np.nan
+        sign = 1.0 if p.direction == "up" else -1.0
+        moved = sign * (level - start)
+        trig = (moved >= max(p.min_delta, chunk.quantum)) & (np.abs(level) >= p.min_factor * abs(start))
+        ready = first + np.arange(n) >= max(p.ref_window, p.window) - 1 + 1
+        verdict = np.where(ready, trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        return Scan(verdict, moved, np.full(n, start), level=level)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        word = "rose" if self.p.direction == "up" else "fell"
+        return (f"{metric} (median of last {self.p.window}) {word} to {fmt(value)} from {fmt(ref)} at "
+                f"the start of the run ({fmt(stat)} {'up' if self.p.direction == 'up' else 'down'})")
+
+
+
+@register
+class Trend(_Rolling):
+    """A steady monotone move from the first records of a run (a reward sliding from step 1).
+
+    Mann-Kendall's S over the last ``window`` samples (at least ``min_history``), as a z-score,
+    and the Theil-Sen slope times the window's span as the size of the move, relative to the
+    window's median magnitude. Only the first ``max_records`` samples are judged: later in a
+    run, level changes are the change-point and gain detectors' business, and thousands of
+    overlapping windows would turn a per-window false-positive rate into a certainty.
+    """
+
+    name = "trend"
+
+    class Params(Params):
+        window: int = Field(10, ge=4, description="samples the test looks at")
+        min_history: int = Field(6, ge=4, description="samples the test needs before judging")
+        z: float = Field(3.0, gt=0, description="Mann-Kendall z-score in the watched direction")
+        min_rel_change: float = Field(0.3, ge=0, description="move over the window / |median|")
+        direction: Literal["up", "down"] = Field("down", description="the move judged: up or down")
+        max_records: int = Field(30, ge=4, description="judge only the first N samples of the run")
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        n = len(chunk.values)
+        if self.seen >= p.max_records:  # past the judged start of the run: nothing to keep
+            self.seen += n
+            return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n))
+        hist = extend_tail(self.tail, chunk.values[: p.max_records + p.window])
+        first = self.seen
+        self.seen += n
+        self.tail = keep_tail(hist, p.window - 1)
+        off = len(hist) - min(n, p.max_records + p.window)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.zeros(n)
+        sign = 1.0 if p.direction == "up" else -1.0
+        for j in range(n):
+            pos = first + j
+            if pos >= p.max_records:
+                break
+            w = hist[max(0, off + j + 1 - p.window): off + j + 1]
+            if len(w) < p.min_history:
+                continue
+            k = len(w)
+            d = w[None, :] - w[:, None]
+            iu = np.triu_indices(k, 1)
+            s = float(np.sign(d[iu]).sum())
+            var = k * (k - 1) * (2 * k + 5) / 18.0
+            z = (s - np.sign(s)) / np.sqrt(var)
+            slope = float(np.median(d[iu] / (iu[1] - iu[0])))
+            change = slope * (k - 1)
+            med = abs(float(np.median(w)))
+            rel = abs(change) / med if med > 0 else np.inf
+            stat[j], ref[j] = z, change
+            verdict[j] = sign * z >= p.z and sign * change > 0 and rel >= p.min_rel_change
+        return Scan(verdict, stat, ref)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        word = "rising" if self.p.direction == "up" else "falling"
+        return (f"{metric} = {fmt(value)} has been {word} steadily since the start of the run "
+                f"(Mann-Kendall z = {fmt(stat)}; {fmt(ref)} over the last {self.p.window} records)")

@@ -1,0 +1,193 @@
+"""Detectors of a level that climbed: fast growth against a lagged baseline, or a rise from
+the lowest level of the run.
+
+- ``growth``: the recent rolling median is many times the level of a lagged baseline window
+  (exponential run-away of grad norm, KL, length). The lag makes slow, healthy drift
+  invisible: only fast growth relative to the recent past counts. The baseline is recomputed
+  every ``refresh`` samples (counted from the start of the run), which changes nothing that
+  matters and keeps long replays cheap.
+- ``rise``: the level climbed to a multiple of the lowest level of the run (a loss diverging),
+  from the second record on.
+"""
+from __future__ import annotations
+
+import numpy as np
+from pydantic import Field
+
+from ..stats import sorted_unique, window_max
+from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
+from .level import _Rolling
+
+
+@register
+class Growth(_Rolling):
+    """The rolling median grew to k times a lagged baseline window (an exponential run-away)."""
+
+    name = "growth"
+
+    class Params(Params):
+        window: int = Field(3, ge=1, description="rolling median of the last N samples (the level)")
+        lag: int = Field(10, ge=1, description="the baseline ends this many samples before now")
+        baseline_window: int = Field(20, ge=3, description="samples in the baseline window")
+        min_factor: float = Field(gt=1, description="fires when level >= min_factor * baseline")
+        min_value: float = Field(0.0, description="and the level is above this absolute value")
+        refresh: int = Field(5, ge=1, description="recompute the baseline every N samples")
+        min_baseline: int = Field(5, ge=1, description="samples the baseline needs (a partial window early in the run)")
+        over_baseline_max: float | None = Field(None, gt=0, description=(
+            "and level >= this times the largest value of the baseline window (heavy-tailed "
+            "metrics: growth beyond what the run's own bursts reached)"))
+        long_window: int | None = Field(None, ge=3, description=(
+            "and level >= min_factor times the median of the N samples before the baseline's end: "
+            "a metric that drops into a lull (a GRPO gradient norm while every group ties) and "
+            "comes back has not grown against the run's own usual level"))
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self._block: tuple | None = None  # (block, base, top): derived from the tail, not state
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        keep = p.lag + max(p.baseline_window, p.long_window or 0) + p.window + p.refresh
+        hist, level, first = self._levels(chunk, keep)
+        n = len(level)
+        off = len(hist) - n  # index in hist of the first new sample
+        absolute = first + np.arange(n)
+        block = absolute - absolute % p.refresh  # samples of a block share one baseline
+        end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
+        lower = level - chunk.quantum / 2.0
+        base, top, fine = self._baseline(hist, block, end, lower)
+        ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
+        trig = (ratio >= p.min_factor) & (lower > p.min_value)
+        if p.over_baseline_max is not None:
+            trig &= lower >= p.over_baseline_max * top
+        if p.long_window is not None:  # only where it matters: the rule would trigger
+            for j in np.flatnonzero(trig):
+                usual = upper_median(hist[max(0, end[j] - p.long_window): max(end[j], 1)])
+                trig[j] = lower[j] >= p.min_factor * usual
+        verdict = np.where(np.isfinite(ratio), trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        if fine is not None:
+            verdict[fine] = 0  # screened: a positive baseline no sample of it could exceed enough
+        return Scan(verdict, ratio, base, level=level)
+
+    def _baseline(self, hist: np.ndarray, block: np.ndarray, end: np.ndarray,
+                  lower: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Median and max of each sample's baseline window (``hist[end - baseline_window: end]``,
+        partial early in the run), and where the sample was judged fine without its median
+        (None: nowhere). A block's baseline is fixed once its block starts, so the last one is
+        kept for a live run's one-record chunks.
+
+        The median (a partition a window) is computed only where it matters: where the window
+        has a value <= 0 (the ratio's sign is in question), where a sample could trigger
+        (``lower >= min_factor x`` the window's minimum, a bound on the median from below,
+        and the other tests), and for the last block (kept). Elsewhere the sample is fine."""
+        p, n = self.p, len(block)
+        c = self._block
+        if n and c is not None and block[0] == c[0] and block[-1] == c[0]:
+            return np.full(n, c[1]), np.full(n, c[2]), None
+        base, top = np.full(n, np.nan), np.full(n, np.nan)
+        fine = None
+        full = end - p.baseline_window >= 0
+        if full.any():
+            bw = p.baseline_window
+            uniq, inv = sorted_unique(end[full])  # end rises with the sample
+            if len(uniq) * bw > 4 * len(hist):  # dense baselines: O(n) running extremes
+                hi = window_max(hist[: uniq[-1]], bw)[uniq - bw]
+                lo = -window_max(-hist[: uniq[-1]], bw)[uniq - bw]
+            else:
+                rows = windows(hist, bw)[uniq - bw]
+                hi, lo = rows.max(axis=1), rows.min(axis=1)
+            could = self._possible(lower[full], hi[inv], lo[inv])
+            need = lo <= 0
+            need[inv[could]] = True
+            need[-1] = True
+            b = np.full(len(uniq), np.nan)
+            b[need] = upper_median(windows(hist, bw)[uniq[need] - bw], axis=1)
+            base[full] = b[inv]
+            top[full] = hi[inv]
+            fine = np.zeros(n, dtype=bool)
+            fine[np.flatnonzero(full)[~need[inv]]] = True
+        early = ~full & (end >= p.min_baseline)  # the first samples of a run: a partial window
+        for j in np.flatnonzero(early):
+            base[j] = upper_median(hist[: end[j]])
+            top[j] = hist[: end[j]].max()
+        if n:
+            self._block = (int(block[-1]), float(base[-1]), float(top[-1]))
+        return base, top, fine
+
+    def _possible(self, lower: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """Where a sample could trigger against a positive baseline window, from its minimum
+        ``lo`` and maximum ``hi`` alone: the median is at least ``lo``, so ``lower / median
+        >= min_factor`` needs ``lower >= min_factor x lo`` (0.1% slack against rounding)."""
+        p = self.p
+        out = (lower >= 0.999 * p.min_factor * lo) & (lower > p.min_value)
+        if p.over_baseline_max is not None:
+            out &= lower >= p.over_baseline_max * hi
+        return out
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self._block = None
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        p = self.p
+        return (f"{metric} (median of last {p.window}) = {fmt(value if p.window == 1 else stat * ref)} is "
+                f"{fmt(stat)}x its level of {p.lag} samples earlier ({fmt(ref)}): run-away growth")
+
+
+@register
+class Rise(_Rolling):
+    """The level (rolling median) climbed far above the lowest level the run reached.
+
+    For a positive quantity that should fall or hold (a loss): ``level >= min_factor * best``
+    and ``level - best >= min_delta``; once the level has reached 0 or below (a policy-gradient
+    loss) there is no opinion. No lagged baseline is needed, so it speaks from the second
+    record of a short run (a DPO loss going 0.69 -> 16) as well as late in a long one.
+    """
+
+    name = "rise"
+
+    class Params(Params):
+        window: int = Field(1, ge=1, description="rolling median of the last N samples (the level)")
+        min_factor: float = Field(gt=1, description="fires when level >= min_factor * best")
+        min_delta: float = Field(0.0, ge=0, description="and level - best is at least this")
+        min_history: int = Field(2, ge=1, description="samples before judging")
+
+    def __init__(self, params) -> None:
+        super().__init__(params)
+        self.best = np.inf
+        self.best_step = -1
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        _, level, first = self._levels(chunk, p.window - 1)
+        n = len(level)
+        acc = np.minimum.accumulate(np.concatenate([[self.best], level]))
+        best = acc[:-1]  # the best before this sample
+        idx = np.where(level < best, np.arange(n), -1)
+        last = np.maximum.accumulate(idx) if n else idx
+        prev = np.concatenate([[-1], last[:-1]]) if n else last
+        best_step = np.where(prev >= 0, chunk.steps[np.maximum(prev, 0)], self.best_step)
+        lower = level - chunk.quantum / 2.0
+        ratio = np.divide(lower, best, out=np.full(n, np.nan), where=best > 0)
+        trig = (lower - best >= p.min_delta) & (np.where(best > 0, ratio, np.inf) >= p.min_factor)
+        ok = (first + np.arange(n) >= p.min_history - 1) & np.isfinite(best) & (best > 0)
+        verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        if n:
+            self.best = float(acc[-1])
+            self.best_step = int(chunk.steps[last[-1]]) if last[-1] >= 0 else self.best_step
+        return Scan(verdict, ratio, best, best_step.astype(np.int64), level=level)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        what = metric if self.p.window == 1 else f"{metric} (median of last {self.p.window})"
+        times = f"{fmt(stat)}x " if np.isfinite(stat) else ""
+        return (f"{what} = {fmt(value)} climbed to {times}its lowest level {fmt(ref)} "
+                f"(step {ref_step}): the run is diverging")
+
+    def state_dict(self):
+        return super().state_dict() | {"best": self.best if np.isfinite(self.best) else None,
+                                        "best_step": self.best_step}
+
+    def load_state_dict(self, s):
+        super().load_state_dict(s)
+        self.best = np.inf if s.get("best") is None else float(s["best"])
+        self.best_step = int(s.get("best_step", -1))

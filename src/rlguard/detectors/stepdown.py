@@ -1,0 +1,106 @@
+"""``step_down``: the level fell by a share of where it stood just before, beyond its noise
+(a local test over a dozen records, where a change-point segment needs many more)."""
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from ..stats import mad_sigma
+from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, rolling
+from .level import _Rolling
+
+
+@register
+class StepDown(_Rolling):
+    """The level stepped down from where it stood just before, by a share of it and far
+    beyond its noise: a local test that needs a dozen records, not a change-point segment.
+
+    ``before`` is the (upper) median of the ``ref_window`` samples preceding the last
+    ``window`` ones, its noise the robust spread (1.4826 MAD about it) of those samples, or
+    their standard deviation (``noise: std``); ``level`` the median of the last
+    ``window``. It fires when ``level <= max_ratio * before`` and the fall is ``min_sigmas``
+    noise units of a ``window``-median (spread / sqrt(window)). Positive metrics only.
+    """
+
+    name = "step_down"
+
+    class Params(Params):
+        window: int = Field(3, ge=1, description="median of the last N samples (the level)")
+        ref_window: int = Field(10, ge=3, description="samples before them (the reference)")
+        max_ratio: float = Field(0.6, gt=0, lt=1, description="fires when level <= ratio * before")
+        min_sigmas: float = Field(6.0, ge=0, description="and the fall is this many noise units")
+        noise: Literal["mad", "std"] = Field("mad", description=(
+            "the reference window's spread: 1.4826 MAD (robust to a stray record) or the standard "
+            "deviation (counts a bimodal metric's other mode: one-group-per-step rewards 0 or 1)"))
+        history: int = Field(0, ge=0, description=(
+            "also judge the fall against the run's own past falls: the standard deviation of the "
+            "same statistic (level minus the median before it) over up to this many earlier "
+            "records, ending where the reference window starts (0: off). Slow wander (AR drift), "
+            "heavy tails and discrete tiny-group rewards make past falls large, so a fall that "
+            "the run has shown before by luck is not a step down"))
+        min_history: int = Field(30, ge=5, description="earlier statistics needed before `history` counts")
+        young_new_low: bool = Field(False, description=(
+            "while `history` cannot be judged yet (a young run), the level must also be below every "
+            "earlier level of the run (its rolling medians before the reference): a young run has "
+            "not shown its own dips, so a fall counts only where it reaches ground never seen"))
+        gap: int = Field(0, ge=0, description=(
+            "samples between the reference window and the level's: with `for: k`, a gap of k-1 keeps "
+            "the first records of the fall out of the reference of the later ones (their spread "
+            "would otherwise hide the fall they are part of)"))
+
+    def _past_sigma(self, hist: np.ndarray, end: int) -> float:
+        """Standard deviation of (level - before) over the records ending before ``end``."""
+        p = self.p
+        back = p.window + p.gap
+        span = back + p.ref_window
+        seg = hist[max(0, end - p.history - span + 1): end]
+        if len(seg) < span + p.min_history - 1:
+            return float("nan")
+        lv = rolling(seg, p.window, "median")[span - 1:]
+        before = rolling(seg, p.ref_window, "median")[p.ref_window - 1: len(seg) - back]
+        return float(np.std(lv - before))
+
+    def scan(self, chunk: Chunk) -> Scan:
+        p = self.p
+        keep = p.window + p.gap + p.ref_window - 1 + (p.history + p.window + p.gap + p.ref_window if p.history else 0)
+        hist, level, first = self._levels(chunk, keep)
+        n, off = len(level), len(hist) - len(level)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.full(n, np.nan)
+        back = p.window + p.gap  # the reference ends this many samples back
+        span = back + p.ref_window
+        end = off + np.arange(n) + 1  # the samples up to and including this one: hist[:end]
+        ok = end >= span
+        if ok.any():
+            e = end[ok]
+            # the reference window ends where the level's window starts: a rolling median of
+            # the history, read ``window + gap`` samples back (the upper median, as everywhere)
+            med = rolling(hist[: e[-1] - back], p.ref_window, "median")
+            before = med[e - back - 1]
+            lv = level[ok]
+            trig = (before > 0) & (lv <= p.max_ratio * before)
+            for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
+                w = hist[e[i] - span: e[i] - back]
+                spread = float(np.std(w)) if p.noise == "std" else mad_sigma(w, before[i])
+                sigma = spread / np.sqrt(p.window)
+                if p.history:
+                    past = self._past_sigma(hist, e[i] - span)
+                    sigma = sigma if np.isnan(past) else max(sigma, past)
+                    if np.isnan(past) and p.young_new_low and e[i] - span >= p.window:
+                        earlier = rolling(hist[: e[i] - span], p.window, "median")[p.window - 1:]
+                        if lv[i] >= float(earlier.min()):
+                            trig[i] = False
+                            continue
+                trig[i] = before[i] - lv[i] >= p.min_sigmas * max(sigma, chunk.quantum, 1e-12)
+            verdict[ok] = trig
+            stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
+            ref[ok] = before
+        return Scan(verdict, stat, ref, level=level)
+
+    def describe(self, metric, value, stat, ref, ref_step) -> str:
+        what = metric if self.p.window == 1 else f"{metric} (median of last {self.p.window})"
+        return (f"{what} = {fmt(stat * ref)} stepped down to "
+                f"{stat * 100:.0f}% of its level over the {self.p.ref_window} records before "
+                f"({fmt(ref)}), far beyond their noise")
