@@ -8,6 +8,7 @@ import signal
 import subprocess
 
 from .. import safefs
+from ..alerts import StopOutcome
 from .pidproof import trainer_pid
 
 log = logging.getLogger("rlguard.daemon")
@@ -18,10 +19,9 @@ def stop_run(mon, decision, stop, now: float) -> None:
     written = mon.request_stop(decision, now)
     if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
         if mon.not_requested:  # the run already stopped or ended: no request, and Slack says why
-            decision.alert.labels["stop"] = "not needed"
-            decision.alert.labels["stop_note"] = mon.not_requested
+            decision.alert.stop = StopOutcome("not needed", mon.not_requested)
         else:
-            decision.alert.labels["stop"] = "requested" if written or mon.info.stop_state else "not requested"
+            decision.alert.stop = StopOutcome("requested" if written or mon.info.stop_state else "not requested")
     if not written:
         return
     log.warning("[%s] stop requested: %s", mon.run, decision.reason)

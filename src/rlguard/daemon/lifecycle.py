@@ -144,6 +144,19 @@ def still_history(mon, stall_after: float) -> bool:
 
 
 # ---------------------------------------------------------------- the daemon's side
+def judged_as_history(mon, alerts: list, stall_after: float) -> bool:
+    """True for a run that ended before this daemon found it (and is still quiet): its alerts
+    are logged for the record, never acted on (no stop request, no Slack message)."""
+    if mon.info.history and not still_history(mon, stall_after):
+        mon.info.history = False
+        log.info("%s: written again: watched live", mon.path)
+    if mon.info.history:
+        for a in alerts:
+            log.info("[%s] (history, not acted on) %s %s %s step %s: %s", a.run, a.status, a.severity,
+                     a.rule, a.step, a.message)
+    return bool(mon.info.history)
+
+
 def still_retired(daemon, found) -> bool:
     """A retired run whose log has not changed stays retired (a stat per scan); one whose log
     changed is watched again from its saved state."""
@@ -182,10 +195,10 @@ def retire(daemon, key: str, why: str) -> bool:
     (not a plain file, alerts held in memory, or the state not writable: it stays watched)."""
     mon = daemon.runs[key]
     sig = signature(mon.log)
-    if sig is None or mon.run in daemon._held():
+    if sig is None or mon.run in daemon.outgoing.held():
         return False
     mon.info.retired = sig
-    if daemon.store.db is None or not daemon._save_rows([mon.saved()]):
+    if daemon.store.db is None or not daemon.save_rows([mon.saved()]):
         mon.info.retired = None
         return False
     del daemon.runs[key]
