@@ -1,7 +1,7 @@
 """A pipe named on ``rlguard check``'s command line (``check <(cat log)``, ``/dev/stdin``): the
 person asked for it, so it is read, into a private temporary file first (readers sniff a
 log's head and then read it again, which a pipe cannot do). The daemon never reads a pipe:
-a FIFO swapped in for a followed log is refused (see :func:`rlguard.sources._common.open_regular`).
+a FIFO swapped in for a followed log is refused (see :func:`rlguard.sources.open_regular`).
 """
 from __future__ import annotations
 
