@@ -111,7 +111,8 @@ def _clean(value: str) -> str:
     return text[:MAX_VALUE]
 
 
-def run_context(found_dir: str, name: str, labels: dict[str, str], host: str, url_template: str | None) -> dict[str, str]:
+def run_context(found_dir: str, name: str, labels: dict[str, str], host: str,
+                url_template: str | None) -> dict[str, str]:
     """Labels on every alert of a run, for the person on call: its directory (``found_dir``),
     the daemon's host, a link (``url_template``: ``{run}``, ``{run_dir}``, ``{host}``, ``{team}``,
     ``{user}``, ``{cluster}``), and its cluster, team and user (``labels``)."""

@@ -23,6 +23,11 @@ class Outgoing:
         self.unqueued: list[Alert] = []  # held in memory: the outbox could not take them
         self.sent = 0  # alerts queued for Slack
 
+    def closed(self) -> tuple[str, str | None]:
+        """The daemon's ``queue`` problem while the outbox cannot be opened (a full disk)."""
+        why = self.dispatcher.outbox.unavailable if self.dispatcher is not None else None
+        return "queue", f"{why}: alerts are kept in memory until it can be written" if why else None
+
     def held(self) -> set[str]:
         """Runs with alerts held only in memory. Their state is not saved until the alerts are
         queued: a kill before that replays the lines that fired them, and they fire again, never

@@ -236,8 +236,8 @@ class RunMonitor:
         self.changed = True
         rule = STOPPED if out.state == "stopped" else STOP_IGNORED
         return Alert(run=self.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="alert",
-                     step=int(out.step if out.step is not None else info.last_step or 0), metric=rule.metric, value=None,
-                     status="firing", message=f"the run {out.message}", labels=dict(self.context))
+                     step=int(out.step if out.step is not None else info.last_step or 0), metric=rule.metric,
+                     value=None, status="firing", message=f"the run {out.message}", labels=dict(self.context))
 
     def check_stall(self, now: float, after_s: float) -> list[Alert]:
         if self.info.stalled or not self.info.last_update or now - self.info.last_update < after_s:

@@ -72,17 +72,11 @@ class Daemon:
         self._last_discover = float("-inf")
         self.last_progress = clock()
         self.first_pass_done = False
-        self.problems: dict[str, str] = {}  # what is wrong now, for /healthz
-        unqueueable = dispatcher.outbox.unavailable if dispatcher is not None else None
-        if unqueueable:
-            self.problems["queue"] = f"{unqueueable}: alerts are kept in memory until it can be written"
-        if self.store.unavailable:  # a full disk at start: watch anyway, say so, retry at every save
-            self.problems["state"] = (f"{self.store.unavailable}: runs are watched and judged, nothing is saved; "
-                                      "retrying at every save")
-        self.host = socket.gethostname()
         self.outgoing = Outgoing(dispatcher)  # alerts queued for Slack, or held in memory on a full disk
+        # what is wrong now, for /healthz: a full disk at start (watch anyway, say so, retry at every save)
+        self.problems: dict[str, str] = {k: v for k, v in (self.outgoing.closed(), self.store.closed()) if v}
+        self.host = socket.gethostname()
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
-        self.started = clock()
         self.last_poll = 0.0
         self.reloads = 0
         self.control_token: str | None = None  # set when the HTTP surface starts (run_forever)
@@ -218,21 +212,24 @@ class Daemon:
                 if alerts or (mon.never_saved and mon.tail_saved.get("count")):
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
+        self._save_urgent(urgent, now)
+
+    def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
+        """The end of a poll. A run that alerted is saved at once, so a crash right after does
+        not replay it; the others wait for the periodic save (a replay is harmless:
+        notifications are keyed and stop requests idempotent). A run whose alerts are held in
+        memory is not saved past them (see Outgoing.held). A run read for the first time is saved
+        at once too (one write per run that has a record, none for empty ones): a restart that
+        finds no saved state reads the log as a new run, and a log rotated meanwhile then starts
+        mid-run ("at start" false alarms, the steps before the rotation never judged)."""
         with self.lock:
-            # a run that alerted is saved at once, so a crash right after does not replay it;
-            # the others wait for the periodic save (a replay is harmless: notifications are
-            # keyed and stop requests idempotent). A run whose alerts are held in memory is
-            # not saved past them (see _held)
-            # a run read for the first time is saved at once too (one write per run that has a
-            # record, none for empty ones): a restart that finds no saved state reads the log as
-            # a new run, and a log rotated meanwhile then starts mid-run ("at start" false
-            # alarms, the steps before the rotation never judged)
             held = self.outgoing.held()
             first = [m for m in urgent if m.run not in held]
             if self.save_rows([m.saved() for m in first]):
                 for m in first:
                     m.never_saved = False
-            self._record(self.fleet.publish_queued(self.runs, self.names))  # before any message queued in this pass may leave
+            # before any message queued in this pass may leave
+            self._record(self.fleet.publish_queued(self.runs, self.names))
             self.last_poll = now
             self.first_pass_done = True
 
@@ -388,7 +385,7 @@ class Daemon:
             self.lock.release()
             self.save()
             with self.lock:
-                self._record(self.fleet.release(self.runs, self.names))  # the other shards may take this one's runs now
+                self._record(self.fleet.release(self.runs, self.names))  # other shards may take its runs now
             self.notify()
             server.shutdown()
             self.store.close()

@@ -72,9 +72,13 @@ class Store:
         """At a save, when a full disk kept the database closed: (the saved runs, changes); None:
         still closed (runs are watched and judged meanwhile, nothing is saved)."""
         if not self.reopen():
-            return None, [("state", f"{self.unavailable}: runs are watched and judged, nothing is saved; "
-                                    "retrying at every save")]
+            return None, [self.closed()]
         return self.load(), [("state", None)]
+
+    def closed(self) -> tuple[str, str | None]:
+        """The daemon's ``state`` problem while the database cannot be opened (a full disk)."""
+        return "state", (f"{self.unavailable}: runs are watched and judged, nothing is saved; retrying at every save"
+                         if self.unavailable else None)
 
     def save_rows(self, rows: list[tuple[str, str, dict, dict, dict]]) -> tuple[bool, Changes]:
         """:meth:`save`, the daemon's way: (written, changes); rows not stored are logged."""
