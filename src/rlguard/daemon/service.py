@@ -357,6 +357,9 @@ class Daemon:
             log.warning("%s: cannot make the state private (0700, files 0600): %s", self.cfg.state_dir,
                         exc.strerror or exc)
         self.fleet.start()
+        # (built before /healthz answers: loading the scheduler must not widen the window before the first poll)
+        sched = startup.schedule(self.cfg, {"poll": self.poll, "stall": self.stall, "save": self.save,
+                                            "notify": self.notify, "housekeeping": self.housekeeping})
         done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -366,8 +369,6 @@ class Daemon:
         except OSError as exc:
             raise RLGuardError(f"cannot listen on {self.cfg.listen}: {exc.strerror or exc} (another daemon? "
                                "choose another --listen HOST:PORT)") from None
-        sched = startup.schedule(self.cfg, {"poll": self.poll, "stall": self.stall, "save": self.save,
-                                            "notify": self.notify, "housekeeping": self.housekeeping})
         host, port = server.server_address[:2]
         self._address = (host, port)
         self._record(startup.record_address(self.cfg.state_dir, host, port))
