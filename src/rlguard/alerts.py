@@ -78,6 +78,19 @@ class Kind(str, Enum):
     DPO_NO_LEARNING = "dpo_no_learning"
 
 
+@dataclass(frozen=True, slots=True)
+class StopOutcome:
+    """What the daemon did about a stop decision for a run it does not live in, as Slack says it.
+
+    ``state``: ``requested`` (``RLGUARD_STOP`` written, or one already pending), ``not needed``
+    (the run already stopped or ended: ``note`` says how it is known), ``not requested`` (no
+    request could be written: the daemon log says why). The run being seen to stop is a later
+    alert of its own (kind ``stopped``), never this field."""
+
+    state: str
+    note: str | None = None
+
+
 @dataclass(slots=True)
 class Alert:
     """A rule that fired (or resolved) on one metric of one run, with its reason."""
@@ -101,11 +114,16 @@ class Alert:
     #: "value"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited": bool (a
     #: stronger alert of its kind fires in the incident)}; None outside any incident (info, resolved)
     incident: dict[str, Any] | None = None
+    #: set by the daemon on a stop alert (:mod:`rlguard.daemon.actions`), read by Slack
+    #: (:mod:`rlguard.notify.blocks`); None everywhere else (and then absent from :meth:`to_dict`)
+    stop: StopOutcome | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if d["value"] is not None and not math.isfinite(d["value"]):
             d["value"] = None  # JSON has no NaN; the message says what it was
+        if d["stop"] is None:
+            del d["stop"]  # what `rlguard check --format json` prints stays as it was
         return d
 
     def to_json(self) -> str:
@@ -114,6 +132,12 @@ class Alert:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Alert":
         fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        if isinstance(fields.get("stop"), dict):
+            fields["stop"] = StopOutcome(**fields["stop"])
+        elif "stop" in (fields.get("labels") or {}):  # queued by a version that sent it as a label
+            labels = dict(fields["labels"])
+            fields["stop"] = StopOutcome(labels.pop("stop"), labels.pop("stop_note", None))
+            fields["labels"] = labels
         return cls(**fields)
 
 

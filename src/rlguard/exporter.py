@@ -1,5 +1,6 @@
-"""Prometheus exporter: a collector that reads the daemon's state at scrape time (no global
-gauges set from everywhere), served with ``/metrics`` and ``/healthz`` on 127.0.0.1 by default.
+"""Prometheus exporter: a collector that reads the daemon's view (:mod:`rlguard.daemon.view`) at
+scrape time (no global gauges set from everywhere), served on ``/metrics`` by
+:mod:`rlguard.http_api` (127.0.0.1 by default).
 
 Exported (names follow Prometheus conventions; ``promtool check metrics`` is clean):
 
@@ -25,20 +26,24 @@ With a path template or a cluster, every per-run series also carries ``cluster``
 """
 from __future__ import annotations
 
-import hmac
-import json
-import logging
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from .daemon.builtin import STALL
+
+if TYPE_CHECKING:
+    from .daemon.runs import RunSnapshot
+    from .daemon.view import DaemonState, DaemonView
+
+Family = GaugeMetricFamily | CounterMetricFamily
 
 
 class RLGuardCollector:
-    """Reads a :class:`~rlguard.daemon.service.Daemon` (or anything with the same ``runs``)."""
+    """Reads a :class:`~rlguard.daemon.view.DaemonView` (a :class:`~rlguard.daemon.service.Daemon`)."""
 
-    def __init__(self, daemon, names: set[str] | None = None) -> None:
+    def __init__(self, daemon: DaemonView, names: set[str] | None = None) -> None:
         self.daemon = daemon
         self.names = names  # families asked for (name[]=...), or None: all
 
@@ -48,9 +53,9 @@ class RLGuardCollector:
     def _want(self, name: str) -> bool:
         return self.names is None or bool({name, name + "_total"} & self.names)
 
-    def collect(self):
-        d = self.daemon
-        extra = run_label_names(d)
+    def collect(self) -> Iterator[Family]:
+        state = self.daemon.state()
+        extra = list(state.run_labels)
         run = ["run", *extra]
         fams = {
             "value": GaugeMetricFamily("rlguard_metric_value", "Latest value of a watched training metric",
@@ -77,35 +82,29 @@ class RLGuardCollector:
         }
         fams = {k: f for k, f in fams.items() if self._want(f.name)}
         if fams:
-            for snap in d.snapshots(idle=False):
+            for snap in self.daemon.snapshots(idle=False):
                 self._run(snap, [snap.run, *(snap.labels.get(k, "") for k in extra)], fams)
         yield from fams.values()
-        yield from (f for f in self._daemon_families(d) if self._want(f.name))
+        yield from (f for f in self._daemon_families(state, self.daemon.notification_stats()) if self._want(f.name))
 
     @staticmethod
-    def _daemon_families(d):
-        with d.lock:
-            runs, dropped_runs = len(d.runs), d.dropped_runs
-            last_poll, reloads = d.last_poll, d.reloads
-            retired = len(getattr(d, "retired", ()))
-        yield GaugeMetricFamily("rlguard_runs_watched", "Runs being watched", value=runs)
+    def _daemon_families(d: DaemonState, stats: dict[str, int] | None) -> Iterator[Family]:
+        yield GaugeMetricFamily("rlguard_runs_watched", "Runs being watched", value=d.runs)
         yield GaugeMetricFamily("rlguard_runs_retired", "Runs that ended (or never logged) and are no longer "
-                                "watched until their log changes", value=retired)
+                                "watched until their log changes", value=d.retired)
         yield CounterMetricFamily("rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)",
-                                  value=dropped_runs)
-        yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=last_poll)
-        yield CounterMetricFamily("rlguard_rule_reloads", "Successful rule reloads (SIGHUP)", value=reloads)
-        fleet = getattr(d, "fleet", None)
-        if fleet is not None:
-            info = GaugeMetricFamily("rlguard_shard_info", "This daemon's shard (I of N)", labels=["shard", "shards"])
-            info.add_metric([str(fleet.spec.index), str(fleet.spec.count)], 1)
-            yield info
-            yield GaugeMetricFamily("rlguard_shards", "Shards the runs are split over (N)", value=fleet.spec.count)
-            yield GaugeMetricFamily("rlguard_runs_other_shards", "Runs found that other shards own",
-                                    value=len(fleet.elsewhere))
-            yield GaugeMetricFamily("rlguard_runs_waiting", "Runs this shard owns, waiting for a shard of the "
-                                    "previous shard count to release them", value=len(fleet.waiting))
-        stats = d.notification_stats()
+                                  value=d.dropped_runs)
+        yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=d.last_poll)
+        yield CounterMetricFamily("rlguard_rule_reloads", "Successful rule reloads (SIGHUP)", value=d.reloads)
+        shard = d.shard
+        info = GaugeMetricFamily("rlguard_shard_info", "This daemon's shard (I of N)", labels=["shard", "shards"])
+        info.add_metric([str(shard.index), str(shard.count)], 1)
+        yield info
+        yield GaugeMetricFamily("rlguard_shards", "Shards the runs are split over (N)", value=shard.count)
+        yield GaugeMetricFamily("rlguard_runs_other_shards", "Runs found that other shards own",
+                                value=shard.other_shards)
+        yield GaugeMetricFamily("rlguard_runs_waiting", "Runs this shard owns, waiting for a shard of the "
+                                "previous shard count to release them", value=shard.waiting)
         if stats:
             notes = GaugeMetricFamily("rlguard_notifications", "Notifications in the outbox by state",
                                       labels=["state"])
@@ -114,7 +113,7 @@ class RLGuardCollector:
             yield notes
 
     @staticmethod
-    def _run(snap, base: list[str], f: dict) -> None:
+    def _run(snap: RunSnapshot, base: list[str], f: dict[str, Family]) -> None:
         """Adds one run's series to the families ``f`` (those asked for); ``base``: its run labels."""
         if "value" in f or "step" in f:
             for metric, (v, s) in sorted(snap.latest.items()):
@@ -126,7 +125,7 @@ class RLGuardCollector:
             for a in snap.firing:
                 f["firing"].add_metric([*base, a.rule, a.kind, a.severity, a.metric], 1)
             if snap.stalled:
-                f["firing"].add_metric([*base, "RLG-STALL", "stall", "warning", "step"], 1)
+                f["firing"].add_metric([*base, STALL.rule, STALL.kind, STALL.severity, STALL.metric], 1)
         if "total" in f:
             for key, n in sorted(snap.alerts_total.items()):
                 kind, _, severity = key.partition("|")
@@ -142,119 +141,3 @@ class RLGuardCollector:
             if key in f:
                 f[key].add_metric(base, value)
 
-
-def run_label_names(daemon) -> list[str]:
-    """The run labels besides ``run`` that this daemon exports: cluster, team, user, as configured."""
-    fleet = getattr(daemon, "fleet", None)
-    if fleet is None:
-        return []
-    names = ["cluster"] if fleet.cluster else []
-    if fleet.template is not None:
-        names += [n for n in fleet.template.fields if n != "run"]
-    return names
-
-
-def _health(daemon) -> str:
-    """ok; starting (the first pass over the runs is not done: alive, 200); degraded: what is
-    wrong (state not writable, alerts not queued, notifications failing: what the log says);
-    stuck (no progress for 5 poll intervals, at least 60 s: a hung loop, so a liveness probe
-    restarts the process)."""
-    problems = getattr(daemon, "problems", None)
-    if problems:
-        return "degraded: " + "; ".join(problems.values())
-    interval = getattr(getattr(daemon, "cfg", None), "poll_interval", 2.0)
-    last = max(daemon.last_poll, getattr(daemon, "last_progress", 0.0))
-    if last <= 0:
-        return "starting"
-    if daemon.clock() - last >= max(60.0, 5 * interval):
-        return "stuck"
-    return "ok" if getattr(daemon, "first_pass_done", daemon.last_poll > 0) else "starting"
-
-
-def serve(daemon, host: str = "127.0.0.1", port: int = 9108, idle_timeout: float = 30.0) -> ThreadingHTTPServer:
-    """Serve ``/metrics``, ``/healthz``, ``/status`` and ``POST /stop`` in a background thread;
-    ``.shutdown()`` stops it."""
-    from urllib.parse import parse_qs, urlsplit
-
-    from .exposition import render
-
-    def metrics(path: str) -> bytes:
-        """The text format, as generate_latest writes it, in less than half its time (see .exposition)."""
-        names = parse_qs(urlsplit(path).query).get("name[]")
-        return render(RLGuardCollector(daemon, set(names) if names else None).collect())
-
-    # /status lists run dirs and alert texts: beyond this machine (the chart's 0.0.0.0) it needs
-    # the control token, as POST /stop does
-    status_open = host in ("127.0.0.1", "localhost", "::1")
-
-    class Handler(BaseHTTPRequestHandler):
-        timeout = idle_timeout  # an idle or half-open connection frees its thread
-
-        def _authorised(self) -> bool:
-            token = getattr(daemon, "control_token", None)
-            sent = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            return bool(token) and hmac.compare_digest(sent.encode(), token.encode())
-
-        def do_GET(self):  # noqa: N802 - http.server's naming
-            if self.path.split("?")[0] == "/metrics":
-                body, ctype, code = metrics(self.path), CONTENT_TYPE_LATEST, 200
-            elif self.path.split("?")[0] == "/healthz":
-                status = _health(daemon)
-                word, _, detail = status.partition(": ")
-                body = json.dumps({"status": word, "problems": detail.split("; ") if detail else [],
-                                   "runs": len(daemon.runs), "last_poll": daemon.last_poll}).encode()
-                ctype, code = "application/json", 200 if word in ("ok", "starting") else 503
-            elif self.path.split("?")[0] == "/status" and not (status_open or self._authorised()):
-                body, ctype, code = b'{"error": "a valid control token is required"}', "application/json", 403
-            elif self.path.split("?")[0] == "/status":
-                body, ctype, code = json.dumps(daemon.status(), allow_nan=False).encode(), "application/json", 200
-            else:
-                body, ctype, code = b"not found: try /metrics, /healthz or /status\n", "text/plain", 404
-            self._reply(code, ctype, body)
-
-        def do_POST(self):  # noqa: N802
-            """``/stop`` {"run", "reason"} with ``Authorization: Bearer <token>`` (the daemon's
-            control token: ``control.token`` in its state dir, readable by its owner only)."""
-            if self.path.split("?")[0] != "/stop":
-                return self._reply(404, "text/plain", b"not found: POST /stop\n")
-            if not self._authorised():
-                return self._reply(403, "application/json", b'{"error": "a valid control token is required"}')
-            try:
-                length = min(int(self.headers.get("Content-Length", 0)), 65536)
-                req = json.loads(self.rfile.read(length) or b"{}")
-                run, reason = str(req["run"]), str(req.get("reason") or "stop requested by a person")
-            except (ValueError, KeyError, TypeError):
-                return self._reply(400, "application/json", b'{"error": "send JSON {\\"run\\": NAME, \\"reason\\": TEXT}"}')
-            code, answer = daemon.stop_run(run, reason[:2000])
-            self._reply(code, "application/json", json.dumps(answer).encode())
-
-        def _reply(self, code: int, ctype: str, body: bytes) -> None:
-            try:
-                self.send_response(code)
-                self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True  # the scraper hung up before the answer: nothing to tell
-
-        def log_message(self, *args):  # quiet: scrapes every few seconds
-            pass
-
-    class Server(ThreadingHTTPServer):
-        request_queue_size = 128  # the stdlib's 5 makes a burst of connections wait on SYN retries
-        daemon_threads = True
-
-        def handle_error(self, request, client_address) -> None:
-            """A client that hangs up is not an error; anything else is one log line, not a traceback."""
-            import sys
-
-            exc = sys.exc_info()[1]
-            if isinstance(exc, (ConnectionError, TimeoutError)):
-                return
-            logging.getLogger("rlguard.daemon").error("HTTP request from %s failed: %s: %s", client_address[0],
-                                                      type(exc).__name__, exc)
-
-    server = Server((host, port), Handler)
-    threading.Thread(target=server.serve_forever, name="rlguard-exporter", daemon=True).start()
-    return server

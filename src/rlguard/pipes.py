@@ -3,7 +3,7 @@ person asked for it, so it is read, into a private temporary file first (readers
 log's head and then read it again, which a pipe cannot do), at most ``max_bytes``
 (``--max-pipe-bytes``, default :data:`MAX_PIPE_BYTES`): past that the copy stops and the
 check is refused with an error naming the pipe and the cap. The daemon never reads a pipe:
-a FIFO swapped in for a followed log is refused (see :func:`rlguard.sources._common.open_regular`).
+a FIFO swapped in for a followed log is refused (see :func:`rlguard.sources.open_regular`).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TextIO
 
 from .alerts import Action, Alert, Decision
-from .detectors.base import fmt
+from .numfmt import fmt
 from .incidents import rules_of, summary
 
 def hints(alerts: list[Alert]) -> list[tuple[str, str]]:

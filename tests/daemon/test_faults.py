@@ -15,7 +15,7 @@ from daemon_helpers import append, fill_disk, healthy
 
 from rlguard.daemon.config import DaemonConfig, StopConfig
 from rlguard.daemon.service import Daemon
-from rlguard.exporter import RLGuardCollector, _health
+from rlguard.exporter import RLGuardCollector
 
 
 def daemon(tmp_path, watch, state=None, **kw) -> Daemon:
@@ -157,19 +157,19 @@ def test_full_state_disk_is_on_healthz_and_alerts_wait_in_memory(tmp_path):
         append(log, healthy(1, 5))
         d.poll()
         d.save()
-        assert _health(d) == "ok"
+        assert d.state().health.text == "ok"
         filler = state / "filler"
         fill_disk(state)
         append(log, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(6, 14)])
         d.poll()
         d.save()
-        health = _health(d)
+        health = d.state().health.text
         assert health.startswith("degraded") and ("not writable" in health or "could not be queued" in health)
-        kept = len(d._unqueued)
+        kept = len(d.outgoing.unqueued)
         filler.unlink()  # space again
         d.notify()
         d.save()
-        assert _health(d) == "ok" and d._unqueued == [] and (kept == 0 or d.alerts_sent >= kept)
+        assert d.state().health.text == "ok" and d.outgoing.unqueued == [] and (kept == 0 or d.outgoing.sent >= kept)
     finally:
         subprocess.run(["umount", "-l", str(state)], capture_output=True)
 
@@ -223,7 +223,7 @@ def test_runs_over_max_runs_are_counted_once(tmp_path):
     for _ in range(3):
         d.poll()
     assert len(d.runs) == 2 and d.dropped_runs == 2
-    assert _health(d).startswith("degraded: 2 run(s) not watched: max_runs (2) reached")  # never silently
+    assert d.state().health.text.startswith("degraded: 2 run(s) not watched: max_runs (2) reached")  # never silently
 
 
 def test_idle_connections_are_closed_and_do_not_block_scrapes(tmp_path, daemon_factory):

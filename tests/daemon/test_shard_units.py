@@ -165,3 +165,29 @@ def test_handoff_lease_must_outlast_two_saves(tmp_path):
     with pytest.raises(InputError, match="handoff_lease"):
         Fleet(cfg, clock=lambda: 0.0)
     assert not os.path.exists(tmp_path / "h")
+
+
+def test_the_fleet_returns_what_went_wrong_instead_of_calling_into_the_daemon(tmp_path):
+    """Publishing reads the runs it is given and returns the daemon's health changes
+    (``("handoff", message)``; ``None``: recovered): a handoff dir that cannot be written says
+    so, a later write that succeeds says it recovered, and the runs stay unpublished between."""
+    import shutil
+
+    from rlguard.daemon.runs import RunMonitor
+    from rlguard.rulespec import load_packs
+
+    log = tmp_path / "logs" / "r1" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_text("".join(json.dumps({"step": s, "loss": 0.5}) + "\n" for s in range(1, 4)))
+    fleet = _fleet(tmp_path, "0/1")
+    mon = RunMonitor(Found(str(log.parent), str(log), "x", "file"), "r1", load_packs([]))
+    runs = {mon.path: mon}
+    records = tmp_path / "handoff" / "runs"
+    shutil.rmtree(records, ignore_errors=True)
+    records.write_text("not a directory")  # every record write fails
+    changes = fleet.publish(runs, [mon.path])
+    assert len(changes) == 1 and changes[0][0] == "handoff" and "not writable" in changes[0][1]
+    records.unlink()
+    assert fleet.publish(runs, [mon.path]) == [("handoff", None)]
+    assert fleet.store.read(mon.path)["run"] == "r1"
+    assert fleet.publish(runs, []) == []  # nothing written: no news either way

@@ -6,22 +6,28 @@ import logging
 import os
 import signal
 import subprocess
+from typing import TYPE_CHECKING
 
 from .. import safefs
+from ..alerts import StopOutcome
 from .pidproof import trainer_pid
+
+if TYPE_CHECKING:
+    from ..alerts import Decision
+    from .config import StopConfig
+    from .runs import RunMonitor
 
 log = logging.getLogger("rlguard.daemon")
 
 
-def stop_run(mon, decision, stop, now: float) -> None:
+def stop_run(mon: RunMonitor, decision: Decision, stop: StopConfig, now: float) -> None:
     """Write ``RLGUARD_STOP`` (idempotent); on a new request, signal and run the command."""
     written = mon.request_stop(decision, now)
     if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
         if mon.not_requested:  # the run already stopped or ended: no request, and Slack says why
-            decision.alert.labels["stop"] = "not needed"
-            decision.alert.labels["stop_note"] = mon.not_requested
+            decision.alert.stop = StopOutcome("not needed", mon.not_requested)
         else:
-            decision.alert.labels["stop"] = "requested" if written or mon.info.stop_state else "not requested"
+            decision.alert.stop = StopOutcome("requested" if written or mon.info.stop_state else "not requested")
     if not written:
         return
     log.warning("[%s] stop requested: %s", mon.run, decision.reason)
@@ -37,7 +43,7 @@ def stop_run(mon, decision, stop, now: float) -> None:
             log.error("[%s] stop command failed: %s", mon.run, exc)
 
 
-def _signal(mon, stop) -> None:
+def _signal(mon: RunMonitor, stop: StopConfig) -> None:
     """Signal the run's trainer, only when its PID file is proven to name it (pidproof)."""
     try:  # the directory the stop request went to, reached the same way (no link followed)
         run_dir = safefs.real_dir(mon.run_dir, mon.found.root or None)

@@ -4,45 +4,47 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .runs import RunMonitor, RunSnapshot
+    from .view import DaemonState
 
 log = logging.getLogger("rlguard.daemon")
 
 
-def status(daemon) -> dict:
+def status(snapshots: Iterable[RunSnapshot], state: DaemonState,
+           notifications: dict[str, int] | None) -> dict[str, Any]:
     """What ``rlguard status`` shows: every run, its firing alerts, pending stop requests."""
     runs = []
-    for snap in daemon.snapshots():
+    for snap in snapshots:
         runs.append({"run": snap.run, "run_dir": snap.run_dir, "log": snap.log, "last_step": snap.last_step,
                      "last_update": snap.last_update, "stalled": snap.stalled, "stop": snap.stop_state,
                      "stop_reason": snap.stop_reason, "parse_errors": snap.parse_errors,
                      "idle_rules": snap.idle,
                      "firing": [{"rule": a.rule, "kind": a.kind, "severity": a.severity, "metric": a.metric,
                                  "step": a.step, "message": a.message} for a in snap.firing]})
-    return {"runs": sorted(runs, key=lambda r: r["run"]), "health": _health_word(daemon),
-            "problems": list(daemon.problems.values()), "notifications": daemon.notification_stats()}
+    return {"runs": sorted(runs, key=lambda r: r["run"]), "health": state.health.word,
+            "problems": list(state.problems), "notifications": notifications}
 
 
-def stop_run(daemon, run: str, reason: str) -> tuple[int, dict]:
-    """A person's stop request for a watched run (``rlguard stop RUN``): (HTTP code, answer)."""
+def stop_run(runs: Iterable[RunMonitor], run: str, reason: str, now: float) -> tuple[int, dict[str, Any]]:
+    """A person's stop request for the watched run named ``run`` (``rlguard stop RUN``), among
+    ``runs`` (under the daemon's lock): (HTTP code, answer)."""
     from ..alerts import Action, Decision
 
-    with daemon.lock:
-        mon = next((m for m in daemon.runs.values() if m.run == run), None)
-        if mon is None:
-            return 404, {"error": f"no run {run!r} is watched", "runs": sorted(m.run for m in daemon.runs.values())}
-        step = int(mon.info.last_step or 0)
-        decision = Decision(Action.STOP, step, reason, None, "manual")
-        if not mon.request_stop(decision, daemon.clock()):
-            where = mon.run_dir if mon.found.run_dir else "nowhere (no run directory on this machine)"
-            return 409, {"error": f"a stop request is already pending in {where}", "run": run}
-        log.warning("[%s] stop requested by a person: %s", run, reason)
-        return 200, {"run": run, "stop": "requested", "run_dir": str(mon.run_dir), "step": step}
-
-
-def _health_word(daemon) -> str:
-    from ..exporter import _health
-
-    return _health(daemon).partition(": ")[0]
+    watched = list(runs)
+    mon = next((m for m in watched if m.run == run), None)
+    if mon is None:
+        return 404, {"error": f"no run {run!r} is watched", "runs": sorted(m.run for m in watched)}
+    step = int(mon.info.last_step or 0)
+    decision = Decision(Action.STOP, step, reason, None, "manual")
+    if not mon.request_stop(decision, now):
+        where = mon.run_dir if mon.found.run_dir else "nowhere (no run directory on this machine)"
+        return 409, {"error": f"a stop request is already pending in {where}", "run": run}
+    log.warning("[%s] stop requested by a person: %s", run, reason)
+    return 200, {"run": run, "stop": "requested", "run_dir": str(mon.run_dir), "step": step}
 
 
 def control_token(state_dir: str) -> str:

@@ -28,24 +28,33 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from ..sources.layout import Found, run_name
 from .handoff import HandoffStore
 from .labels import FIELDS, PathTemplate
 from .shard import ShardSpec, shard_key, watch_roots
+from .view import Changes, ShardState
+
+if TYPE_CHECKING:
+    from ..notify.dispatcher import Dispatcher
+    from .config import DaemonConfig
+    from .runs import RunMonitor
 
 log = logging.getLogger("rlguard.daemon")
 
 
 class Fleet:
-    def __init__(self, cfg, clock) -> None:
+    def __init__(self, cfg: DaemonConfig, clock: Callable[[], float], dispatcher: Dispatcher | None = None) -> None:
+        self.dispatcher = dispatcher
         self.spec = ShardSpec.parse(cfg.shard) if cfg.shard else ShardSpec()
         self.roots = watch_roots(cfg.watch)
         self.template = PathTemplate.parse(cfg.path_template) if cfg.path_template else None
         self.cluster = cfg.cluster
         self.clock = clock
-        self.store = None
+        self.store: HandoffStore | None = None
         if cfg.handoff_dir:
             if cfg.handoff_lease < 2 * cfg.save_interval:
                 raise InputError(f"handoff_lease ({cfg.handoff_lease:g} s) must be at least twice save_interval "
@@ -133,73 +142,91 @@ class Fleet:
         return state, rec.get("group"), True
 
     # ---------------------------------------------------------------- publishing
-    def publish(self, daemon, keys) -> bool:
-        """Write the records of ``keys`` (runs this daemon watches); False if one failed."""
+    # These take the daemon's runs (key -> RunMonitor) and names (run name -> key), read under
+    # its lock, and return what changed in its health as ``(what, message)`` pairs in order
+    # (message None: recovered): the daemon records them; the fleet never calls into it.
+    def publish(self, runs: Mapping[str, RunMonitor], keys: Iterable[str]) -> Changes:
+        """Write the records of ``keys`` (runs this daemon watches)."""
+        return self._publish(runs, keys)[1]
+
+    def _publish(self, runs: Mapping[str, RunMonitor], keys: Iterable[str]) -> tuple[bool, Changes]:
+        """(False if a record could not be written, the health changes)."""
         if self.store is None or self.released:
-            return True
+            return True, []
         n = 0
         for key in list(keys):
-            mon = daemon.runs.get(key)
+            mon = runs.get(key)
             if mon is None:
                 continue
             _, run, tail, wd, info = mon.saved()
-            group = daemon.dispatcher.group_state(run) if daemon.dispatcher is not None else None
+            group = self.dispatcher.group_state(run) if self.dispatcher is not None else None
             try:
                 self.store.write(key, {"epoch": int(info.get("epoch", 0)), "run": run, "tail": tail,
                                        "watchdog": wd, "info": info, "group": group,
                                        "at": self.clock()})
             except (OSError, TypeError, ValueError) as exc:
-                daemon._problem("handoff", f"handoff record not writable in {self.store.root}: {exc}")
-                return False
+                return False, [("handoff", f"handoff record not writable in {self.store.root}: {exc}")]
             self.dirty.discard(key)
             n += 1
-        if n:
-            daemon._problem("handoff", None)
-        return True
+        return True, [("handoff", None)] if n else []
 
-    def publish_queued(self, daemon) -> None:
+    def publish_queued(self, runs: Mapping[str, RunMonitor], names: Mapping[str, str]) -> Changes:
         """Publish the runs that had messages queued, then let those messages leave (under the
         daemon's lock: every message is queued under it)."""
-        if self.store is None or daemon.dispatcher is None:
-            return
-        groups = daemon.dispatcher.drain_queued_groups() | self._unpublished
+        if self.store is None or self.dispatcher is None:
+            return []
+        groups = self.dispatcher.drain_queued_groups() | self._unpublished
         try:
-            upto = daemon.dispatcher.outbox.max_id()
+            upto = self.dispatcher.outbox.max_id()
         except (OSError, sqlite3.Error) as exc:  # the outbox cannot be opened yet (a full disk): nothing leaves
             self._unpublished = groups
-            daemon._problem("handoff", f"handoff held back: the outbox cannot be read ({exc})")
-            return
-        keys = [daemon.names[g] for g in groups if g in daemon.names]
-        if self.publish(daemon, keys):
+            return [("handoff", f"handoff held back: the outbox cannot be read ({exc})")]
+        ok, changes = self._publish(runs, [names[g] for g in groups if g in names])
+        if ok:
             self.barrier, self._unpublished = upto, set()
         else:  # their messages are held back until a publication succeeds
             self._unpublished = groups
+        return changes
 
-    def periodic(self, daemon, now: float, changed) -> None:
+    def periodic(self, runs: Mapping[str, RunMonitor], now: float, changed: Iterable[str]) -> Changes:
         """At each save: heartbeat, and publish what changed at most every ``handoff_interval``."""
         if self.store is None or self.released:
-            return
+            return []
         self.dirty.update(changed)
+        out: Changes = []
         try:
             self.store.heartbeat(now)
         except OSError as exc:
-            daemon._problem("handoff", f"handoff dir not writable ({self.store.root}): {exc}")
+            out.append(("handoff", f"handoff dir not writable ({self.store.root}): {exc}"))
         if now - self._last_publish >= self.interval:
             self._last_publish = now
-            self.publish(daemon, sorted(self.dirty))
+            out += self.publish(runs, sorted(self.dirty))
+        return out
 
-    def release(self, daemon) -> None:
+    def release(self, runs: Mapping[str, RunMonitor], names: Mapping[str, str]) -> Changes:
         """Stopping cleanly: publish every run, then say this shard let go of them."""
         if self.store is None or self.released:
-            return
-        self.publish_queued(daemon)
-        self.publish(daemon, list(daemon.runs))
+            return []
+        out = self.publish_queued(runs, names) + self.publish(runs, list(runs))
         try:
             self.store.heartbeat(self.clock(), released=True)
         except OSError as exc:
             log.error("could not release shard %s in the handoff dir: %s", self.spec, exc)
         self.released = True
-        log.info("shard %s released %d run(s) in %s", self.spec, len(daemon.runs), self.store.root)
+        log.info("shard %s released %d run(s) in %s", self.spec, len(runs), self.store.root)
+        return out
+
+    # ---------------------------------------------------------------- what readers see
+    def state(self) -> ShardState:
+        """This shard, and the runs it leaves to others or waits for (``/metrics``)."""
+        return ShardState(self.spec.index, self.spec.count, len(self.elsewhere), len(self.waiting))
+
+    def run_labels(self) -> tuple[str, ...]:
+        """The run labels besides ``run`` on every series: cluster, team, user, as configured."""
+        names = ["cluster"] if self.cluster else []
+        if self.template is not None:
+            names += [n for n in self.template.fields if n != "run"]
+        return tuple(names)
 
     def start(self) -> None:
         if self.store is not None:

@@ -19,6 +19,7 @@ cut to 128 characters and never contain ``/``.
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass
@@ -108,3 +109,26 @@ def _clean(value: str) -> str:
     text = os.fsencode(value).decode("utf-8", "replace") if isinstance(value, str) else str(value)
     text = "".join(c if c.isprintable() else "?" for c in text)
     return text[:MAX_VALUE]
+
+
+def run_context(found_dir: str, name: str, labels: dict[str, str], host: str,
+                url_template: str | None) -> dict[str, str]:
+    """Labels on every alert of a run, for the person on call: its directory (``found_dir``),
+    the daemon's host, a link (``url_template``: ``{run}``, ``{run_dir}``, ``{host}``, ``{team}``,
+    ``{user}``, ``{cluster}``), and its cluster, team and user (``labels``)."""
+    from urllib.parse import quote  # names come from paths: never let one alter the link
+
+    from ..alerts import RUN_LABELS
+
+    ctx = {"run_dir": os.fsencode(found_dir).decode("utf-8", "replace") if found_dir else "", "host": host,
+           **{k: v for k, v in labels.items() if k in RUN_LABELS}}
+    if url_template:
+        try:
+            ctx["url"] = url_template.format(
+                run=quote(name, safe=""), run_dir=quote(ctx["run_dir"], safe="/"), host=quote(host, safe=""),
+                team=quote(ctx.get("team", ""), safe=""), user=quote(ctx.get("user", ""), safe=""),
+                cluster=quote(ctx.get("cluster", ""), safe=""))
+        except (KeyError, IndexError, ValueError) as exc:
+            logging.getLogger("rlguard.daemon").error(
+                "run_url_template: %s (use {run}, {run_dir}, {host}, {team}, {user}, {cluster})", exc)
+    return {k: v for k, v in ctx.items() if v}

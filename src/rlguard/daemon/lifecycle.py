@@ -20,9 +20,17 @@ import json
 import logging
 import os
 import time
+from typing import TYPE_CHECKING
 
 from .. import incarnation
 from . import pidproof, stops
+
+if TYPE_CHECKING:
+    from ..alerts import Alert
+    from ..sources.layout import Found
+    from .config import DaemonConfig
+    from .runs import RunMonitor
+    from .service import Daemon
 
 log = logging.getLogger("rlguard.daemon")
 
@@ -67,7 +75,7 @@ def _final_checkpoint(run_dir: str) -> str | None:
     return None
 
 
-def ended_evidence(mon, pid_file: str) -> str | None:
+def ended_evidence(mon: RunMonitor, pid_file: str) -> str | None:
     """Why the run is known to have ended, or None (it may be hung: a stall)."""
     if mon.watchdog.summaries > 0:
         return "its end-of-training summary record"
@@ -83,7 +91,7 @@ def ended_evidence(mon, pid_file: str) -> str | None:
     return _final_checkpoint(str(rd)) or pidproof.trainer_gone(rd, pid_file)
 
 
-def judge_quiet(mon, now: float, cfg) -> tuple[list, str | None]:
+def judge_quiet(mon: RunMonitor, now: float, cfg: DaemonConfig) -> tuple[list[Alert], str | None]:
     """At each stall check: (alerts, why the run may be retired now, or None)."""
     info = mon.info
     if mon.pending:
@@ -111,7 +119,7 @@ def judge_quiet(mon, now: float, cfg) -> tuple[list, str | None]:
     return mon.check_stall(now, cfg.stall_after), None
 
 
-def _unstall(mon, now: float, message: str) -> list:
+def _unstall(mon: RunMonitor, now: float, message: str) -> list[Alert]:
     """A stall alert that is firing resolves, saying why; none was firing: nothing to say."""
     if not mon.info.stalled:
         return []
@@ -122,7 +130,7 @@ def _unstall(mon, now: float, message: str) -> list:
     return [alert]
 
 
-def history_found(mon, stall_after: float) -> bool:
+def history_found(mon: RunMonitor, stall_after: float) -> bool:
     """A new run whose log has been quiet for longer than ``stall_after``: it ended before this
     daemon found it (a daemon pointed at a tree of old runs)."""
     if not mon.found.run_dir:
@@ -131,7 +139,7 @@ def history_found(mon, stall_after: float) -> bool:
     return q is not None and q > stall_after
 
 
-def still_history(mon, stall_after: float) -> bool:
+def still_history(mon: RunMonitor, stall_after: float) -> bool:
     """A history run stays one while its log stays quiet; its last update is its log's mtime."""
     try:
         mtime = os.stat(mon.log).st_mtime
@@ -144,7 +152,20 @@ def still_history(mon, stall_after: float) -> bool:
 
 
 # ---------------------------------------------------------------- the daemon's side
-def still_retired(daemon, found) -> bool:
+def judged_as_history(mon: RunMonitor, alerts: list[Alert], stall_after: float) -> bool:
+    """True for a run that ended before this daemon found it (and is still quiet): its alerts
+    are logged for the record, never acted on (no stop request, no Slack message)."""
+    if mon.info.history and not still_history(mon, stall_after):
+        mon.info.history = False
+        log.info("%s: written again: watched live", mon.path)
+    if mon.info.history:
+        for a in alerts:
+            log.info("[%s] (history, not acted on) %s %s %s step %s: %s", a.run, a.status, a.severity,
+                     a.rule, a.step, a.message)
+    return bool(mon.info.history)
+
+
+def still_retired(daemon: Daemon, found: Found) -> bool:
     """A retired run whose log has not changed stays retired (a stat per scan); one whose log
     changed is watched again from its saved state."""
     sig = daemon.retired.get(found.key)
@@ -161,7 +182,7 @@ def still_retired(daemon, found) -> bool:
     return False
 
 
-def make_room(daemon, found) -> bool:
+def make_room(daemon: Daemon, found: Found) -> bool:
     """At ``max_runs``: a run whose log has data takes the slot of a run that logged nothing
     (retired: watched again when it writes)."""
     try:
@@ -177,15 +198,15 @@ def make_room(daemon, found) -> bool:
     return False
 
 
-def retire(daemon, key: str, why: str) -> bool:
+def retire(daemon: Daemon, key: str, why: str) -> bool:
     """Stop watching a run, its state saved with its log's signature; False when it cannot be
     (not a plain file, alerts held in memory, or the state not writable: it stays watched)."""
     mon = daemon.runs[key]
     sig = signature(mon.log)
-    if sig is None or mon.run in daemon._held():
+    if sig is None or mon.run in daemon.outgoing.held():
         return False
     mon.info.retired = sig
-    if daemon.store.db is None or not daemon._save_rows([mon.saved()]):
+    if daemon.store.db is None or not daemon.save_rows([mon.saved()]):
         mon.info.retired = None
         return False
     del daemon.runs[key]

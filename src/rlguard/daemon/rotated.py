@@ -26,7 +26,7 @@ import stat
 from typing import TYPE_CHECKING
 
 from ..errors import LogFormatError
-from ..sources._common import open_regular
+from ..sources import open_regular
 from ..sources.base import LogRecord, Reader
 from .tailstate import ANCHOR, Poll, content_hash
 

@@ -17,11 +17,9 @@ from ..verdict import Verdict, stop_record
 from ..sources.layout import Found, follow_target, log_kind, run_name
 from . import stops
 from .. import incarnation
+from .builtin import STALL, STOP_IGNORED, STOPPED
 from .tail import SETTLE, FileTail
 
-STALL_RULE = "RLG-STALL"
-STOPPED_RULE = "RLG-STOPPED"
-IGNORED_RULE = "RLG-STOP-IGNORED"
 KEEP_ALERTS = 1000
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")
@@ -236,11 +234,10 @@ class RunMonitor:
             return None
         info.stop_state = out.state
         self.changed = True
-        stopped = out.state == "stopped"
-        return Alert(run=self.run, rule=STOPPED_RULE if stopped else IGNORED_RULE,
-                     kind="stopped" if stopped else "stop_ignored", severity="critical", action="alert",
-                     step=int(out.step if out.step is not None else info.last_step or 0), metric="step", value=None,
-                     status="firing", message=f"the run {out.message}", labels=dict(self.context))
+        rule = STOPPED if out.state == "stopped" else STOP_IGNORED
+        return Alert(run=self.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="alert",
+                     step=int(out.step if out.step is not None else info.last_step or 0), metric=rule.metric,
+                     value=None, status="firing", message=f"the run {out.message}", labels=dict(self.context))
 
     def check_stall(self, now: float, after_s: float) -> list[Alert]:
         if self.info.stalled or not self.info.last_update or now - self.info.last_update < after_s:
@@ -249,7 +246,7 @@ class RunMonitor:
             return []  # a run that ended (summary record) or that rlguard stopped is quiet by design
         self.info.stalled = True
         self.changed = True
-        key = "stall|warning"
+        key = STALL.total_key
         self.info.alerts_total[key] = self.info.alerts_total.get(key, 0) + 1
         return [self._stall_alert(now, resolved=False)]
 
@@ -258,8 +255,8 @@ class RunMonitor:
         msg = (f"new steps again after a stall (last step {self.info.last_step})" if resolved else
                f"no new step for {idle / 60:.0f} min (last step {self.info.last_step}): the job may be "
                f"hung, dead or stuck in evaluation")
-        return Alert(run=self.run, rule=STALL_RULE, kind="stall", severity="warning", action="alert",
-                     step=int(self.info.last_step or 0), metric="step", value=None, message=msg,
+        return Alert(run=self.run, rule=STALL.rule, kind=STALL.kind, severity=STALL.severity, action="alert",
+                     step=int(self.info.last_step or 0), metric=STALL.metric, value=None, message=msg,
                      status="resolved" if resolved else "firing", labels=dict(self.context))
 
     def request_stop(self, decision: Decision, now: float | None = None) -> bool:
@@ -294,6 +291,29 @@ class RunMonitor:
         self.info.stop_seen = stops.fingerprint(self.run_dir)
         self.info.stop_summaries = self.watchdog.summaries
         return True
+
+    def failed(self, exc: Exception) -> None:
+        """Reading or judging this run raised (a bug, or input no reader foresaw): counted, logged
+        once per distinct failure, the records read in this poll skipped; the run stays watched."""
+        import traceback
+
+        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
+        msg = f"internal error (a bug, please report it) reading {self.log}: {type(exc).__name__}: {exc}{at}"
+        self.info.parse_errors += 1
+        self.changed = True
+        if self.info.last_error != msg:  # once per distinct failure, not every poll
+            self.info.last_error = msg
+            log.error("[%s] %s; its records read in this poll are skipped, the run stays watched", self.run, msg)
+        self.pending = []
+
+    def reloaded(self, packs: list[RulePack], max_metrics: int, settle_after: float) -> RunMonitor:
+        """This run judged by new rules (SIGHUP), from its saved state and with what it holds."""
+        _, run, _, wd_state, info = self.saved()
+        saved = {"run": run, "tail": self.tail.state_dict(), "watchdog": wd_state, "info": info}
+        fresh = RunMonitor(self.found, self.run, packs, saved, max_metrics, self.context, settle_after)
+        fresh.pending, fresh.admitted = self.pending, self.admitted
+        return fresh
 
     def saved(self) -> tuple[str, str, dict, dict, dict]:
         from dataclasses import asdict

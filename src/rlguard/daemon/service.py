@@ -22,23 +22,36 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from ..alerts import RUN_LABELS, Action, Alert
+from ..alerts import Action, Alert, Decision
 from ..errors import RLGuardError
 from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
+from . import control, lifecycle, startup
+from .actions import stop_run
 from .config import DaemonConfig
 from .fleet import Fleet
-from . import control, lifecycle
-from .actions import stop_run
-from .runs import RunMonitor, run_name_for
+from .labels import run_context
+from .outgoing import Outgoing
+from .runs import RunMonitor, RunSnapshot, run_name_for
 from .store import Store
+from .view import Changes, DaemonState, judge_health, record
+
+if TYPE_CHECKING:
+    from ..notify.dispatcher import Dispatcher, FlushCounts
 
 log = logging.getLogger("rlguard.daemon")
 
 
 class Daemon:
-    def __init__(self, cfg: DaemonConfig, dispatcher=None, clock=time.time) -> None:
+    """The watcher; what it shows is read through :class:`~rlguard.daemon.view.DaemonView`
+    (``snapshots``, ``state``, ``status``, ``notification_stats``) and controlled through
+    ``stop_run`` (:class:`~rlguard.daemon.view.DaemonControl`)."""
+
+    def __init__(self, cfg: DaemonConfig, dispatcher: Dispatcher | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
         self.cfg = cfg
         self.clock = clock
         self.packs = load_packs(cfg.rules, with_default=cfg.default_rules)
@@ -51,7 +64,7 @@ class Daemon:
         self.retired: dict[str, list] = {}  # run key -> its log's signature (see .lifecycle)
         self._history_new = 0  # runs found already ended in this scan (see .lifecycle)
         self.finder = Discovery(cfg.watch)
-        self.fleet = Fleet(cfg, clock)  # which runs are this shard's, their labels, handing them over
+        self.fleet = Fleet(cfg, clock, dispatcher)  # which runs are this shard's, their labels, handing them over
         self.names: dict[str, str] = {}  # run name -> key
         if dispatcher is not None:  # runs another shard owns now: no reminder or resolved from here
             dispatcher.forget_groups([row["run"] for key, row in self.saved.items() if not self.fleet.owns(key)])
@@ -59,20 +72,15 @@ class Daemon:
         self._last_discover = float("-inf")
         self.last_progress = clock()
         self.first_pass_done = False
-        self.problems: dict[str, str] = {}  # what is wrong now, for /healthz
-        unqueueable = getattr(getattr(dispatcher, "outbox", None), "unavailable", None)
-        if unqueueable:
-            self.problems["queue"] = f"{unqueueable}: alerts are kept in memory until it can be written"
-        if self.store.unavailable:  # a full disk at start: watch anyway, say so, retry at every save
-            self.problems["state"] = (f"{self.store.unavailable}: runs are watched and judged, nothing is saved; "
-                                      "retrying at every save")
+        self.outgoing = Outgoing(dispatcher)  # alerts queued for Slack, or held in memory on a full disk
+        # what is wrong now, for /healthz: a full disk at start (watch anyway, say so, retry at every save)
+        self.problems: dict[str, str] = {k: v for k, v in (self.outgoing.closed(), self.store.closed()) if v}
         self.host = socket.gethostname()
-        self._unqueued: list[Alert] = []
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
-        self.started = clock()
         self.last_poll = 0.0
-        self.alerts_sent = 0
         self.reloads = 0
+        self.control_token: str | None = None  # set when the HTTP surface starts (run_forever)
+        self._address: tuple[str, int] | None = None  # where it listens, once it does
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
@@ -125,7 +133,7 @@ class Daemon:
         name = saved.get("run") if saved else None
         if not name or name in taken:  # a new run, or a name another run has here: made unique
             name = run_name_for(found.key, taken, name or self.fleet.name(found, labels))
-        context = self._context(found, name, labels)
+        context = run_context(found.run_dir, name, labels, self.host, self.cfg.run_url_template)
         try:
             mon = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run, context,
                              self.cfg.settle_after)
@@ -143,45 +151,32 @@ class Daemon:
         log.info("watching %s as run %r (%s, following %s)", found.key, name, found.layout, found.log)
         return int(adopted)
 
-    def _context(self, found: Found, name: str, labels: dict[str, str]) -> dict[str, str]:
-        """Labels on every alert of a run, for the person on call: its directory, this host, a
-        link, and its cluster, team and user."""
-        ctx = {"run_dir": os.fsencode(found.run_dir).decode("utf-8", "replace") if found.run_dir else "",
-               "host": self.host, **{k: v for k, v in labels.items() if k in RUN_LABELS}}
-        if self.cfg.run_url_template:
-            try:
-                from urllib.parse import quote  # names come from paths: never let one alter the link
-
-                ctx["url"] = self.cfg.run_url_template.format(
-                    run=quote(name, safe=""), run_dir=quote(ctx["run_dir"], safe="/"), host=quote(self.host, safe=""),
-                    team=quote(ctx.get("team", ""), safe=""), user=quote(ctx.get("user", ""), safe=""),
-                    cluster=quote(ctx.get("cluster", ""), safe=""))
-            except (KeyError, IndexError, ValueError) as exc:
-                log.error("run_url_template: %s (use {run}, {run_dir}, {host}, {team}, {user}, {cluster})", exc)
-        return {k: v for k, v in ctx.items() if v}
-
-    def snapshots(self, idle: bool = True) -> list:
+    # ------------------------------------------------------------------ what readers see
+    def snapshots(self, idle: bool = True) -> list[RunSnapshot]:
         """Every run as the exporter (``idle=False``) and ``rlguard status`` show it (copies,
         taken under the lock)."""
         with self.lock:
             return [m.snapshot(idle) for m in self.runs.values()]
 
-    def status(self) -> dict:
-        """What ``rlguard status`` shows (see :mod:`.control`)."""
-        return control.status(self)
+    def state(self) -> DaemonState:
+        """The daemon's figures and health, read without the lock (see DaemonView.state)."""
+        problems = dict(self.problems)
+        health = judge_health(problems, self.last_poll, self.last_progress, self.first_pass_done, self.clock(),
+                              self.cfg.poll_interval)
+        return DaemonState(len(self.runs), len(self.retired), self.dropped_runs, self.last_poll, self.reloads,
+                           self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health)
 
-    def stop_run(self, run: str, reason: str) -> tuple[int, dict]:
+    def status(self) -> dict[str, Any]:
+        """What ``rlguard status`` shows (see :mod:`.control`)."""
+        return control.status(self.snapshots(), self.state(), self.notification_stats())
+
+    def stop_run(self, run: str, reason: str) -> tuple[int, dict[str, Any]]:
         """A person's stop request for a watched run (``rlguard stop RUN``): (HTTP code, answer)."""
-        return control.stop_run(self, run, reason)
+        with self.lock:
+            return control.stop_run(self.runs.values(), run, reason, self.clock())
 
     def notification_stats(self) -> dict[str, int] | None:
-        """Outbox counts by state (pending, sent, dead), or None without Slack."""
-        if self.dispatcher is None:
-            return None
-        try:
-            return self.dispatcher.stats()
-        except (OSError, sqlite3.Error):  # the outbox cannot be opened (a full disk): /healthz says it
-            return None
+        return self.outgoing.stats()
 
     def poll(self) -> None:
         """Discover, then read every run. The lock is taken run by run, so a scrape of
@@ -199,17 +194,11 @@ class Daemon:
                 try:
                     alerts, decisions, events = mon.poll(now, self.cfg.eval_interval)
                 except Exception as exc:  # noqa: BLE001 - one run must never blind the others
-                    self._run_failed(mon, exc)
+                    mon.failed(exc)
                     continue
                 for ev in events:
                     log.info("%s: %s", mon.path, ev)
-                if mon.info.history and not lifecycle.still_history(mon, self.cfg.stall_after):
-                    mon.info.history = False
-                    log.info("%s: written again: watched live", mon.path)
-                if mon.info.history:  # ended before this daemon found it: judged for the record, never acted on
-                    for a in alerts:
-                        log.info("[%s] (history, not acted on) %s %s %s step %s: %s", a.run, a.status, a.severity,
-                                 a.rule, a.step, a.message)
+                if lifecycle.judged_as_history(mon, alerts, self.cfg.stall_after):
                     self.last_progress = self.clock()
                     continue
                 for d in decisions:
@@ -223,36 +212,26 @@ class Daemon:
                 if alerts or (mon.never_saved and mon.tail_saved.get("count")):
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
+        self._save_urgent(urgent, now)
+
+    def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
+        """The end of a poll. A run that alerted is saved at once, so a crash right after does
+        not replay it; the others wait for the periodic save (a replay is harmless:
+        notifications are keyed and stop requests idempotent). A run whose alerts are held in
+        memory is not saved past them (see Outgoing.held). A run read for the first time is saved
+        at once too (one write per run that has a record, none for empty ones): a restart that
+        finds no saved state reads the log as a new run, and a log rotated meanwhile then starts
+        mid-run ("at start" false alarms, the steps before the rotation never judged)."""
         with self.lock:
-            # a run that alerted is saved at once, so a crash right after does not replay it;
-            # the others wait for the periodic save (a replay is harmless: notifications are
-            # keyed and stop requests idempotent). A run whose alerts are held in memory is
-            # not saved past them (see _held)
-            # a run read for the first time is saved at once too (one write per run that has a
-            # record, none for empty ones): a restart that finds no saved state reads the log as
-            # a new run, and a log rotated meanwhile then starts mid-run ("at start" false
-            # alarms, the steps before the rotation never judged)
-            held = self._held()
+            held = self.outgoing.held()
             first = [m for m in urgent if m.run not in held]
-            if self._save_rows([m.saved() for m in first]):
+            if self.save_rows([m.saved() for m in first]):
                 for m in first:
                     m.never_saved = False
-            self.fleet.publish_queued(self)  # before any message queued in this pass may leave
+            # before any message queued in this pass may leave
+            self._record(self.fleet.publish_queued(self.runs, self.names))
             self.last_poll = now
             self.first_pass_done = True
-
-    def _run_failed(self, mon: RunMonitor, exc: Exception) -> None:
-        import traceback
-
-        where = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        at = f" at {os.path.basename(where.filename)}:{where.lineno}" if where else ""
-        msg = f"internal error (a bug, please report it) reading {mon.log}: {type(exc).__name__}: {exc}{at}"
-        mon.info.parse_errors += 1
-        mon.changed = True
-        if mon.info.last_error != msg:  # once per distinct failure, not every poll
-            mon.info.last_error = msg
-            log.error("[%s] %s; its records read in this poll are skipped, the run stays watched", mon.run, msg)
-        mon.pending = []
 
     def stall(self) -> None:
         with self.lock:
@@ -262,26 +241,25 @@ class Daemon:
                 self._notify(alerts)
                 if why is not None:
                     lifecycle.retire(self, key, why)
-            self.fleet.publish_queued(self)
+            self._record(self.fleet.publish_queued(self.runs, self.names))
 
     def save(self) -> None:
         with self.lock:
             if self.store.db is None:
-                if not self.store.reopen():
-                    self._problem("state", f"{self.store.unavailable}: runs are watched and judged, nothing is "
-                                           "saved; retrying at every save")
+                loaded, changes = self.store.retry_open()
+                self._record(changes)
+                if loaded is None:
                     return
-                self.saved.update({k: v for k, v in self.store.load().items() if k not in self.runs})
-                self._problem("state", None)
-            self._rewrite_files()
-            held = self._held()
+                self.saved.update({k: v for k, v in loaded.items() if k not in self.runs})
+            self._record(startup.rewrite(self.problems, self.cfg.state_dir, self.control_token, self._address))
+            held = self.outgoing.held()
             rows = [m.saved() for m in self.runs.values() if m.changed and m.run not in held]
-            if not self._save_rows(rows):
+            if not self.save_rows(rows):
                 return  # not written: the runs stay "changed" and are saved at the next try
             for m in self.runs.values():
                 if m.run not in held:
                     m.changed = False
-            self.fleet.periodic(self, self.clock(), [r[0] for r in rows])
+            self._record(self.fleet.periodic(self.runs, self.clock(), [r[0] for r in rows]))
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
@@ -290,51 +268,23 @@ class Daemon:
                 else:
                     self._problem("notifications", None)
 
-    def _rewrite_files(self) -> None:
-        """The control token and the listen address, when a full disk kept them from being written."""
-        for what, write in (("control", lambda: control.write_token(self.cfg.state_dir, self.control_token)),
-                            ("address", lambda: control.record_address(self.cfg.state_dir, *self._address))):
-            if what in self.problems:
-                try:
-                    write()
-                except OSError:
-                    continue
-                self._problem(what, None)
+    def save_rows(self, rows: list) -> bool:
+        saved, changes = self.store.save_rows(rows)
+        self._record(changes)
+        return saved
 
-    def _held(self) -> set[str]:
-        """Runs with alerts held only in memory (the outbox could not take them). Their state is
-        not saved until the alerts are queued: a kill before that replays the lines that fired
-        them, and they fire again, never lost. Once queued, the run's next save covers them."""
-        return {a.run for a in self._unqueued}
-
-    def _save_rows(self, rows) -> bool:
-        try:
-            bad = self.store.save(rows)
-        except (OSError, RuntimeError, sqlite3.Error) as exc:
-            self._problem("state", f"state not writable in {self.cfg.state_dir}: {exc}")
-            return False
-        for key, why in bad:
-            log.error("state of %r not saved: %s", key, why)
-        if rows:  # only a real write proves the state is writable again
-            self._problem("state", None)
-        return True
+    def _record(self, changes: Changes) -> None:
+        record(self.problems, changes)
 
     def _problem(self, what: str, msg: str | None) -> None:
         """What /healthz reports (and the log says, once per change)."""
-        if self.problems.get(what) == msg:
-            return
-        if msg is None:
-            log.warning("%s: recovered", what)
-            self.problems.pop(what, None)
-        else:
-            log.error("%s", msg)
-            self.problems[what] = msg
+        record(self.problems, [(what, msg)])
 
     def notify(self) -> None:
         if self.dispatcher is None:
             return
         with self.lock:  # one hold: a save in between must still see these runs as held
-            waiting, self._unqueued = self._unqueued, []
+            waiting = self.outgoing.take_held()
             if waiting:
                 self._submit(waiting)
         try:
@@ -346,59 +296,38 @@ class Daemon:
             log.exception("notification delivery failed; will retry")
             self._problem("delivery", f"notifications failing: {exc}")
             return
-        if "queue" in self.problems and not self._unqueued and self.dispatcher.outbox.unavailable is None:
-            self._problem("queue", None)  # the outbox opened once space came back
-        if getattr(counts, "sent", 0):
-            self._problem("delivery", None)
-        elif getattr(counts, "retried", 0) or getattr(counts, "dead", 0):
-            self._problem("delivery", "notifications failing: the last delivery attempts did not go through "
-                                      "(retrying with backoff)")
+        self._record(self.outgoing.delivered(counts, "queue" in self.problems))
 
-    def _deliver(self):
+    def _deliver(self) -> FlushCounts:
         """Queue what is due and deliver. Sharded with a handoff dir: what is queued is
         published first, and only messages whose runs were published leave (Fleet.barrier)."""
         now = self.clock()
+        assert self.dispatcher is not None
         if self.fleet.store is None:
             return self.dispatcher.flush(now)
         with self.lock:
             counts = self.dispatcher.tick(now) if not self.fleet.released else None
-            self.fleet.publish_queued(self)
+            self._record(self.fleet.publish_queued(self.runs, self.names))
             upto = self.fleet.barrier if self.fleet.barrier is not None else 0
         return self.dispatcher.deliver(now, upto, counts)
 
     def housekeeping(self) -> None:
-        """Forget long-delivered notifications, so the outbox does not grow for ever."""
-        if self.dispatcher is not None:
-            try:
-                n = self.dispatcher.prune(self.clock(), self.cfg.outbox_retention)
-            except (OSError, sqlite3.Error) as exc:  # a full disk: pruned at the next hour
-                log.warning("housekeeping: delivered notifications not pruned: %s", exc)
-                return
-            if n:
-                log.info("housekeeping: %d delivered notification(s) forgotten", n)
+        self.outgoing.prune(self.clock(), self.cfg.outbox_retention)
 
     # ------------------------------------------------------------------ actions
     def _notify(self, alerts: list[Alert]) -> None:
-        for a in alerts:
-            log.warning("[%s] %s %s %s (%s) step %s: %s", a.run, a.status, a.severity, a.kind, a.rule, a.step,
-                        a.message)
+        self.outgoing.log(alerts)
         if alerts and self.dispatcher is not None:
             self._submit(list(alerts))
 
     def _submit(self, alerts: list[Alert]) -> None:
-        """Queue alerts for Slack; when they cannot be queued (a full disk), keep them in memory
-        and try again at the next notify job, and say so on /healthz."""
-        try:
-            self.dispatcher.submit(alerts)
-        except Exception as exc:  # noqa: BLE001
-            self._unqueued.extend(alerts)
-            self._problem("queue", f"{len(self._unqueued)} alert(s) could not be queued for notification: {exc}")
-            return
-        self.alerts_sent += len(alerts)
-        self._problem("queue", None)
-        self.fleet.publish_queued(self)  # at once: the window before a handoff record shows it stays tiny
+        """Queue alerts for Slack (held in memory when they cannot be: see .outgoing)."""
+        queued, changes = self.outgoing.submit(alerts)
+        self._record(changes)
+        if queued:  # publish at once: the window before a handoff record shows it stays tiny
+            self._record(self.fleet.publish_queued(self.runs, self.names))
 
-    def _stop(self, mon: RunMonitor, decision) -> None:
+    def _stop(self, mon: RunMonitor, decision: Decision) -> None:
         stop_run(mon, decision, self.cfg.stop, self.clock())
 
     def reload_rules(self) -> bool:
@@ -410,53 +339,27 @@ class Daemon:
         with self.lock:
             self.packs = packs
             for path, mon in list(self.runs.items()):
-                _, run, _, wd_state, info = mon.saved()
-                saved = {"run": run, "tail": mon.tail.state_dict(), "watchdog": wd_state, "info": info}
-                fresh = RunMonitor(mon.found, mon.run, packs, saved, self.cfg.max_metrics_per_run, mon.context,
-                                   self.cfg.settle_after)
-                fresh.pending, fresh.admitted = mon.pending, mon.admitted
-                self.runs[path] = fresh
+                self.runs[path] = mon.reloaded(packs, self.cfg.max_metrics_per_run, self.cfg.settle_after)
             self.reloads += 1
         log.info("rules reloaded: %d rules", sum(len(p.rules) for p in packs))
         return True
 
     # ------------------------------------------------------------------ lifecycle
-    def check_watch(self) -> None:
-        """At start: a watched directory that cannot be listed is an error (exit 2); one that
-        does not exist yet is only logged (runs may create it)."""
-        for w in self.cfg.watch:
-            path = os.path.expanduser(w)
-            if any(c in path for c in "*?["):
-                continue
-            if not os.path.exists(path):
-                log.warning("--watch %s: does not exist (yet); runs appearing there will be picked up", w)
-            elif os.path.isdir(path):
-                try:
-                    os.listdir(path)
-                except OSError as exc:
-                    raise RLGuardError(f"--watch {w}: cannot list the directory: {exc.strerror or exc}") from None
-
-
     def run_forever(self) -> int:
-        from apscheduler.schedulers.background import BackgroundScheduler
+        from ..http_api import serve
 
-        from ..exporter import serve
-
-        self.check_watch()
-        try:
-            self.control_token = control.control_token(self.cfg.state_dir)
-        except OSError as exc:  # a full disk: POST /stop works with a token no file holds until restart
-            import secrets
-
-            self.control_token = secrets.token_urlsafe(32)
-            self._problem("control", f"control token not writable in {self.cfg.state_dir} ({exc.strerror or exc}): "
-                                     "`rlguard stop` cannot read it yet; retrying at every save")
+        startup.check_watch(self.cfg.watch)
+        self.control_token, changes = startup.open_token(self.cfg.state_dir)
+        self._record(changes)
         try:
             self.store.tighten()
         except OSError as exc:
             log.warning("%s: cannot make the state private (0700, files 0600): %s", self.cfg.state_dir,
                         exc.strerror or exc)
         self.fleet.start()
+        # (built before /healthz answers: loading the scheduler must not widen the window before the first poll)
+        sched = startup.schedule(self.cfg, {"poll": self.poll, "stall": self.stall, "save": self.save,
+                                            "notify": self.notify, "housekeeping": self.housekeeping})
         done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -466,20 +369,9 @@ class Daemon:
         except OSError as exc:
             raise RLGuardError(f"cannot listen on {self.cfg.listen}: {exc.strerror or exc} (another daemon? "
                                "choose another --listen HOST:PORT)") from None
-        sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
-        c = self.cfg
-        sched.add_job(self.poll, "interval", seconds=c.poll_interval, id="poll")
-        sched.add_job(self.stall, "interval", seconds=min(30.0, c.stall_after / 2), id="stall")
-        sched.add_job(self.save, "interval", seconds=c.save_interval, id="save")
-        sched.add_job(self.notify, "interval", seconds=min(5.0, c.poll_interval * 2), id="notify")
-        sched.add_job(self.housekeeping, "interval", seconds=3600, id="housekeeping")
         host, port = server.server_address[:2]
         self._address = (host, port)
-        try:
-            control.record_address(self.cfg.state_dir, host, port)
-        except OSError as exc:
-            self._problem("address", f"listen address not recorded in {self.cfg.state_dir} "
-                                     f"({exc.strerror or exc}): retrying at every save")
+        self._record(startup.record_address(self.cfg.state_dir, host, port))
         self.poll()  # discovers first
         sched.start()
         log.warning("rlguard daemon: watching %s (%d run(s) found); listening on http://%s:%d (/metrics, "
@@ -494,7 +386,7 @@ class Daemon:
             self.lock.release()
             self.save()
             with self.lock:
-                self.fleet.release(self)  # the other shards may take this one's runs now
+                self._record(self.fleet.release(self.runs, self.names))  # other shards may take its runs now
             self.notify()
             server.shutdown()
             self.store.close()

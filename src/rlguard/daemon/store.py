@@ -9,12 +9,16 @@ second message or a lost one.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
 from pathlib import Path
 
 from ..errors import RLGuardError
 from .codec import pack, unpack
+from .view import Changes
+
+log = logging.getLogger("rlguard.daemon")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -39,6 +43,7 @@ class Store:
 
     def __init__(self, state_dir: str | Path) -> None:
         self.dir = Path(state_dir)
+        self.where = os.fspath(state_dir)  # as configured, for messages
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = _lock(self.dir)
         self.db: sqlite3.Connection | None = None
@@ -62,6 +67,28 @@ class Store:
             return False
         self.unavailable = None
         return True
+
+    def retry_open(self) -> tuple[dict | None, Changes]:
+        """At a save, when a full disk kept the database closed: (the saved runs, changes); None:
+        still closed (runs are watched and judged meanwhile, nothing is saved)."""
+        if not self.reopen():
+            return None, [self.closed()]
+        return self.load(), [("state", None)]
+
+    def closed(self) -> tuple[str, str | None]:
+        """The daemon's ``state`` problem while the database cannot be opened (a full disk)."""
+        return "state", (f"{self.unavailable}: runs are watched and judged, nothing is saved; retrying at every save"
+                         if self.unavailable else None)
+
+    def save_rows(self, rows: list[tuple[str, str, dict, dict, dict]]) -> tuple[bool, Changes]:
+        """:meth:`save`, the daemon's way: (written, changes); rows not stored are logged."""
+        try:
+            bad = self.save(rows)
+        except (OSError, RuntimeError, sqlite3.Error) as exc:
+            return False, [("state", f"state not writable in {self.where}: {exc}")]
+        for key, why in bad:
+            log.error("state of %r not saved: %s", key, why)
+        return True, [("state", None)] if rows else []  # only a real write proves the state is writable again
 
     def _open(self) -> None:
         # used from the scheduler's threads, one at a time (the daemon holds its lock around every use)

@@ -33,8 +33,7 @@ import time
 from dataclasses import fields
 
 from ..errors import LogFormatError
-from ..sources import detect_format, open_reader
-from ..sources._common import open_regular
+from ..sources import detect_format, open_reader, open_regular
 from ..sources.base import LogRecord, Reader
 from ..sources.layout import is_location
 from .rotated import GZIP_MAGIC, drain_rotated, read_predecessors

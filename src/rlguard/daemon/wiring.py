@@ -3,8 +3,12 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING
 
 from .config import DaemonConfig
+
+if TYPE_CHECKING:
+    from ..notify.dispatcher import Dispatcher
 
 log = logging.getLogger("rlguard.daemon")
 
@@ -15,7 +19,7 @@ def slack_configured(cfg: DaemonConfig) -> bool:
                 or os.environ.get("RLGUARD_SLACK_TOKEN") or s.receivers)
 
 
-def build_dispatcher(cfg: DaemonConfig):
+def build_dispatcher(cfg: DaemonConfig) -> Dispatcher | None:
     """A Dispatcher (router + durable outbox + Slack), or None when Slack is not configured.
 
     With ``slack.receivers`` and ``slack.routes``, messages go to the receivers their run's

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..stats import (median_rows, robust_sigma_of_diffs, rolling_median, upper_median,  # noqa: F401 (re-exported)
                      windows)
+from ..numfmt import fmt  # noqa: F401 (re-exported: the detectors' messages use it)
 
 TRIGGERED, FINE, UNKNOWN = 1, 0, -1
 
@@ -146,15 +147,3 @@ def extend_tail(tail: list[float], values: np.ndarray) -> np.ndarray:
 
 def keep_tail(hist: np.ndarray, n: int) -> list[float]:
     return hist[-n:].tolist() if n > 0 else []
-
-
-def fmt(x: float | None) -> str:
-    """Compact human number."""
-    if x is None:
-        return "n/a"
-    if not np.isfinite(x):
-        return str(x)
-    ax = abs(x)
-    if ax != 0 and (ax < 1e-3 or ax >= 1e5):
-        return f"{x:.3g}"
-    return f"{x:.4g}"

@@ -14,11 +14,11 @@ from pydantic import Field
 
 from ..stats import block_noise
 from .base import UNKNOWN, Chunk, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
-from .level import _Early, _Rolling
+from .level import Early, Rolling
 
 
 @register
-class GainLoss(_Rolling):
+class GainLoss(Rolling):
     """The run gave back a large part of what it had gained (a reward sliding off its peak).
 
     ``start`` is the first full rolling mean of ``window`` samples, ``peak`` the highest rolling
@@ -123,7 +123,7 @@ class GainLoss(_Rolling):
 
 
 @register
-class Drift(_Early):
+class Drift(Early):
     """The level moved far from where the run started, in one direction.
 
     ``start`` is the median of the first ``ref_window`` samples; ``level`` the rolling median of
@@ -163,7 +163,7 @@ class Drift(_Early):
 
 
 @register
-class Trend(_Rolling):
+class Trend(Rolling):
     """A steady monotone move from the first records of a run (a reward sliding from step 1).
 
     Mann-Kendall's S over the last ``window`` samples (at least ``min_history``), as a z-score,

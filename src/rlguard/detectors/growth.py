@@ -16,11 +16,11 @@ from pydantic import Field
 
 from ..stats import sorted_unique, window_max
 from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
-from .level import _Rolling
+from .level import Rolling
 
 
 @register
-class Growth(_Rolling):
+class Growth(Rolling):
     """The rolling median grew to k times a lagged baseline window (an exponential run-away)."""
 
     name = "growth"
@@ -135,7 +135,7 @@ class Growth(_Rolling):
 
 
 @register
-class Rise(_Rolling):
+class Rise(Rolling):
     """The level (rolling median) climbed far above the lowest level the run reached.
 
     For a positive quantity that should fall or hold (a loss): ``level >= min_factor * best``

@@ -61,7 +61,7 @@ class DropFromPeak(Detector):
         self.peak_step = int(s.get("peak_step", -1))
 
 
-class _Rolling(Detector):
+class Rolling(Detector):
     """Shared bookkeeping: a tail of raw values and a rolling median of the last ``window``."""
 
     def __init__(self, params) -> None:
@@ -84,7 +84,7 @@ class _Rolling(Detector):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
 
 
-class _Early(_Rolling):
+class Early(Rolling):
     """Shared bookkeeping for detectors that compare with the first samples of the run."""
 
     def __init__(self, params) -> None:
@@ -106,7 +106,7 @@ class _Early(_Rolling):
 
 
 @register
-class Collapse(_Rolling):
+class Collapse(Rolling):
     """The rolling median fell to a fraction of its highest rolling median (entropy, KL, reward
     spread, length)."""
 
@@ -209,7 +209,7 @@ class Collapse(_Rolling):
 
 
 @register
-class Saturation(_Early):
+class Saturation(Early):
     """The rolling median reached a bound that the early level was well below (truncation)."""
 
     name = "saturation"

@@ -9,11 +9,11 @@ from pydantic import Field
 
 from ..stats import mad_sigma
 from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, rolling
-from .level import _Rolling
+from .level import Rolling
 
 
 @register
-class StepDown(_Rolling):
+class StepDown(Rolling):
     """The level stepped down from where it stood just before, by a share of it and far
     beyond its noise: a local test that needs a dozen records, not a change-point segment.
 

@@ -103,11 +103,11 @@ def action_text(alert: Alert) -> str:
         ckpt = alert.checkpoint_step  # a best evaluation inside the incident is no checkpoint to keep
         ok = before_incident(ckpt, onset_of(alert))
         keep = f"; checkpoint to keep: step {ckpt}" if ok else ""
-        stop = alert.labels.get("stop")
+        stop = alert.stop.state if alert.stop is not None else None
         if stop == "requested":  # the daemon wrote a stop request; the run has not stopped yet
             return "stop requested (RLGUARD_STOP written)" + keep
         if stop == "not needed":
-            return f"no stop request: {alert.labels.get('stop_note') or 'the run already ended'}"
+            return f"no stop request: {alert.stop.note or 'the run already ended'}"
         if stop == "not requested":
             return "stop decided, but no stop request could be written (see the daemon log)" + keep
         return ("stopped; checkpoint kept at step " + str(ckpt)) if keep else "stopped"

@@ -1,7 +1,7 @@
 """report.md: the numbers of report.json, laid out the way a person reads a post-mortem."""
 from __future__ import annotations
 
-from ..detectors.base import fmt
+from ..numfmt import fmt
 from .analysis import mode_words
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 
 from ..errors import LogFormatError
-from ._common import HEAD_BYTES, read_head
+from ._common import HEAD_BYTES, open_regular, read_head  # noqa: F401 (open_regular: public, the daemon tails with it)
 from .base import LogRecord, ReadStats, Reader
 from .csv_table import CsvReader
 from .hf_console import HfConsoleReader
@@ -114,21 +114,6 @@ def resolve_log(path: str | os.PathLike[str]) -> str:
     from .rundir import choose_log
 
     return choose_log(path).log
-
-
-def _wandb_file(path: str) -> str | None:
-    """The ``.wandb`` file of W&B run directory ``path`` (``run-<stamp>-<id>/``,
-    ``offline-run-*/``), or of the ``latest-run`` of a ``wandb/`` folder."""
-    for folder in (path, os.path.join(path, "latest-run")):
-        try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".wandb"))
-        except OSError:
-            continue
-        if names:  # one per run; a resumed run appends to the same file
-            # latest-run is a link W&B moves to each new run: name the run itself
-            real = os.path.realpath(folder) if os.path.islink(folder) else folder
-            return os.path.join(real, names[-1])
-    return None
 
 
 def open_reader(path: str | os.PathLike[str], fmt: str | None = None) -> Reader:

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import IO, Iterator
 
 from ..errors import LogFormatError
-from .base import MAX_STEP, ReadStats
+from .base import MAX_STEP, MemoryLog, ReadStats  # (MemoryLog: kept importable from here)
 
 #: keys that carry the step, in priority order (the first one present wins)
 STEP_KEYS = ("step", "_step", "global_step", "train/global_step")
@@ -24,21 +24,6 @@ HEAD_BYTES = 64 * 1024
 #: QUANTUM[d] is the printed quantum of a value with d decimals (d = 0..9)
 QUANTUM = tuple(float(f"1e-{d}") for d in range(10))
 _GZIP_MAGIC = b"\x1f\x8b"
-
-
-class MemoryLog(io.BytesIO):
-    """New bytes of a log held in memory (the daemon's tail), readable like the file itself.
-    ``str()`` names the file it came from, so errors still point at it."""
-
-    def __init__(self, data: bytes, name: str) -> None:
-        super().__init__(data)
-        self.log_name = name
-
-    def __str__(self) -> str:
-        return self.log_name
-
-    def __fspath__(self) -> str:
-        return self.log_name
 
 
 def open_binary(path: str) -> IO[bytes]:

@@ -7,6 +7,7 @@ vocabulary is :mod:`rlguard.vocab`'s job, not the reader's.
 """
 from __future__ import annotations
 
+import io
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -75,6 +76,21 @@ class Appended:
     context: dict  # what the reader needs to go on from there (JSON-serialisable)
 
 
+class MemoryLog(io.BytesIO):
+    """New bytes of a log held in memory (the daemon's tail), readable like the file itself.
+    ``str()`` names the file it came from, so errors still point at it."""
+
+    def __init__(self, data: bytes, name: str) -> None:
+        super().__init__(data)
+        self.log_name = name
+
+    def __str__(self) -> str:
+        return self.log_name
+
+    def __fspath__(self) -> str:
+        return self.log_name
+
+
 class Reader(ABC):
     """One log format. Subclasses set ``name`` and implement :meth:`records`.
 
@@ -110,8 +126,6 @@ class Reader(ABC):
     def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
         """Records in the complete lines at the start of ``data`` (bytes a log gained), numbered
         from ``first_unit``. Line formats use this default; framed formats override it."""
-        from ._common import MemoryLog
-
         end = data.rfind(b"\n")
         if end < 0:
             return Appended([], 0, 0, 0, context)

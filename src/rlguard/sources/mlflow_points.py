@@ -61,7 +61,7 @@ def _parse(key: str, full: str, stats: ReadStats | None) -> Iterator[Point]:
     for lineno, line in _lines(full):
         try:
             parts = line.split() if line is not None else []
-            ts, value = int(parts[0]), _value(float(parts[1]))
+            ts, value = int(parts[0]), sql_float(float(parts[1]))
             step = int(parts[2]) if len(parts) > 2 else 0
         except (IndexError, ValueError):
             if stats is not None:
@@ -93,7 +93,7 @@ def stream(files: list[tuple[str, str]], stats: ReadStats) -> Iterator[Point]:
         yield point
 
 
-def _value(v: float) -> float:
+def sql_float(v: float) -> float:
     """SQL backends store +-inf as +-1.797e308: read back as +-inf."""
     return v if abs(v) != _SQL_INF else v * float("inf")
 

@@ -36,7 +36,7 @@ from typing import Iterator
 
 from ..errors import LogFormatError
 from .base import LogRecord, ReadStats, Reader
-from .mlflow_points import _value, stream
+from .mlflow_points import sql_float, stream
 
 PREFIX = "mlflow+"
 _RUN_ID = re.compile(r"[0-9A-Za-z_-]+")
@@ -237,7 +237,7 @@ def _server_points(where: str) -> list[tuple[int, int, str, float]]:
     _reachable(uri, where)
     with _client(uri, where) as client:
         keys = sorted(client.get_run(run_id).data.metrics)
-        return [(m.step, m.timestamp, key, _value(m.value))
+        return [(m.step, m.timestamp, key, sql_float(m.value))
                 for key in keys for m in client.get_metric_history(run_id, key)]
 
 

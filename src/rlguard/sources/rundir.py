@@ -56,10 +56,9 @@ def choose_log(path: str) -> Chosen:
         cand = os.path.join(path, name)
         if os.path.isfile(cand):
             return Chosen(cand)
-    from . import _wandb_file
     from .mlflow_run import is_run_dir
 
-    wandb = _wandb_file(path)
+    wandb = wandb_file(path)
     if wandb:
         return Chosen(wandb)
     if is_run_dir(path):
@@ -138,3 +137,18 @@ def _mlflow_runs(path: str) -> list[tuple[str, str]]:
         elif os.path.isfile(os.path.join(d, "meta.yaml")):  # an experiment of a store root
             found += [(run_title(r) or os.path.basename(r), r) for r in _subdirs(d) if is_run_dir(r)]
     return found
+
+
+def wandb_file(path: str) -> str | None:
+    """The ``.wandb`` file of W&B run directory ``path`` (``run-<stamp>-<id>/``,
+    ``offline-run-*/``), or of the ``latest-run`` of a ``wandb/`` folder."""
+    for folder in (path, os.path.join(path, "latest-run")):
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".wandb"))
+        except OSError:
+            continue
+        if names:  # one per run; a resumed run appends to the same file
+            # latest-run is a link W&B moves to each new run: name the run itself
+            real = os.path.realpath(folder) if os.path.islink(folder) else folder
+            return os.path.join(real, names[-1])
+    return None

@@ -1,0 +1,30 @@
+"""The rules the daemon applies itself, outside any rule pack: they judge wall time and a run's
+files (no new step for ``stall_after``; a stop request obeyed or ignored), which a rule pack,
+fed only a metric series, cannot. Their ids, kinds and severities live here and only here:
+:mod:`.runs` fires them, :mod:`rlguard.exporter` exports the stall as a firing series."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BuiltinRule:
+    """A rule's identity on its alerts and on ``rlguard_alert_firing``."""
+
+    rule: str
+    kind: str
+    severity: str
+    metric: str = "step"  # they all speak of the run's progress, not of a metric's value
+
+    @property
+    def total_key(self) -> str:
+        """Its key in a run's alert counters (``rlguard_alerts_total``): ``kind|severity``."""
+        return f"{self.kind}|{self.severity}"
+
+
+#: no new step for ``stall_after`` seconds: the job may be hung, dead or stuck in evaluation
+STALL = BuiltinRule("RLG-STALL", "stall", "warning")
+#: the run was seen to stop after rlguard's stop request (or on its own verdict)
+STOPPED = BuiltinRule("RLG-STOPPED", "stopped", "critical")
+#: the run ended or went quiet without acknowledging rlguard's stop request
+STOP_IGNORED = BuiltinRule("RLG-STOP-IGNORED", "stop_ignored", "critical")

@@ -1,0 +1,90 @@
+"""Starting the daemon: the watched directories checked, the control token and the listen
+address written into the state dir, the jobs scheduled.
+
+A full state disk never stops a start (the daemon watches and judges anyway, and says so on
+``/healthz``): a token or address that could not be written is a problem the daemon retries
+at every save (:func:`rewrite`) until the disk has room again.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from ..errors import RLGuardError
+from . import control
+from .view import Changes
+
+if TYPE_CHECKING:
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from .config import DaemonConfig
+
+log = logging.getLogger("rlguard.daemon")
+
+
+def check_watch(watch: list[str]) -> None:
+    """A watched directory that cannot be listed is an error (exit 2); one that does not exist
+    yet is only logged (runs may create it)."""
+    for w in watch:
+        path = os.path.expanduser(w)
+        if any(c in path for c in "*?["):
+            continue
+        if not os.path.exists(path):
+            log.warning("--watch %s: does not exist (yet); runs appearing there will be picked up", w)
+        elif os.path.isdir(path):
+            try:
+                os.listdir(path)
+            except OSError as exc:
+                raise RLGuardError(f"--watch {w}: cannot list the directory: {exc.strerror or exc}") from None
+
+
+def open_token(state_dir: str) -> tuple[str, Changes]:
+    """The control token; on a full disk, one no file holds yet (``POST /stop`` works with it,
+    ``rlguard stop`` cannot read it until it is written)."""
+    try:
+        return control.control_token(state_dir), []
+    except OSError as exc:
+        return secrets.token_urlsafe(32), [("control", f"control token not writable in {state_dir} "
+                                                       f"({exc.strerror or exc}): `rlguard stop` cannot read it "
+                                                       "yet; retrying at every save")]
+
+
+def record_address(state_dir: str, host: str, port: int) -> Changes:
+    """``listen.url``, for ``rlguard stop RUN --state-dir DIR``."""
+    try:
+        control.record_address(state_dir, host, port)
+    except OSError as exc:
+        return [("address", f"listen address not recorded in {state_dir} ({exc.strerror or exc}): retrying at "
+                            "every save")]
+    return []
+
+
+def rewrite(problems: Mapping[str, str], state_dir: str, token: str | None,
+            address: tuple[str, int] | None) -> Changes:
+    """At a save: the control token and the listen address, when a full disk kept them from
+    being written (still unwritable: no change)."""
+    out: Changes = []
+    if "control" in problems and token:
+        try:
+            control.write_token(state_dir, token)
+            out.append(("control", None))
+        except OSError:
+            pass
+    if "address" in problems and address:
+        out += [("address", None)] if not record_address(state_dir, *address) else []
+    return out
+
+
+def schedule(cfg: DaemonConfig, jobs: dict[str, Callable[[], None]]) -> BackgroundScheduler:
+    """The daemon's jobs (APScheduler 3.x: one thread each, never overlapping themselves)."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
+    every = {"poll": cfg.poll_interval, "stall": min(30.0, cfg.stall_after / 2), "save": cfg.save_interval,
+             "notify": min(5.0, cfg.poll_interval * 2), "housekeeping": 3600}
+    for name, job in jobs.items():
+        sched.add_job(job, "interval", seconds=every[name], id=name)
+    return sched
