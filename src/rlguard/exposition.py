@@ -46,7 +46,8 @@ def number(value: float) -> str:
         return f"{value}.0"
     if type(value) is float:
         text = repr(value)
-        if 0 < text.find(".") <= 6:  # not inf, nan, 1e-05 or 1234567.0: repr is what Go writes
+        dot = text.find(".")
+        if 0 < dot <= 6 or dot < 0 and "n" not in text:  # not inf, nan or 1234567.0: repr is what Go writes
             return text
     return floatToGoString(value)
 
@@ -72,6 +73,7 @@ class Lines:
         where = dict(zip(given, range(len(given))))  # a name given twice: its last value, as dict(zip()) keeps
         order = sorted(where)
         labels = "{" + ",".join(f'{k}="%s"' for k in order) + "}" if order else ""
+        self.labels = labels
         self.template = f"{f.exposed}{labels} %%s\n"  # (our names hold no "%")
         nrun = len(run)
         slots = [min(where[k], nrun) for k in order]  # a run label's place in the run values, or the hole
@@ -84,6 +86,10 @@ class Lines:
     def format(self, run: tuple[str, ...]) -> str:
         """This run's line format; ``run``: :func:`run_values` of its escaped run label values."""
         return self.template % self.pick(run)
+
+    def block(self, run: tuple[str, ...]) -> str:
+        """This run's ``{labels}`` only, ``%s`` for the family's own (no name, no value)."""
+        return self.labels % self.pick(run)
 
 
 def run_values(escaped: Sequence[str]) -> tuple[str, ...]:
@@ -128,6 +134,7 @@ class RunLines:
         self.writers = {f.key: Lines(f, run) for f in fams if f.labels}  # labels of their own: a format per run
         self.plain = {f.key: f.exposed for f in fams if not f.labels}  # the run labels only: "{NAME}{block} {value}"
         self.lines: dict[str, list[str]] = {f.key: [] for f in fams}
+        self.exposed = {f.key: f.exposed for f in fams}
         self.own: dict[str, dict[tuple[str, ...], tuple[str, ...]]] = {f.key: {} for f in fams}  # escaped, sorted
         self.extra = run[1:]
         where = dict(zip(run, range(len(run))))
@@ -137,9 +144,9 @@ class RunLines:
     def add(self, snap: RunSnapshot) -> None:
         esc = (escape(snap.run), *(escape(snap.labels.get(k, "")) for k in self.extra))
         base = run_values(esc)
-        fmt = {k: w.format(base) for k, w in self.writers.items()}
-        if "value" in fmt or "step" in fmt:
-            self._latest(snap, fmt.get("value"), fmt.get("step"))
+        fmt = {k: w.format(base) for k, w in self.writers.items() if k not in ("value", "step")}
+        if "value" in self.writers or "step" in self.writers:
+            self._latest(snap, self.writers["value" if "value" in self.writers else "step"].block(base))
         if "firing" in fmt:
             rows = [(a.rule, a.kind, a.severity, a.metric) for a in snap.firing]
             if snap.stalled:
@@ -163,25 +170,29 @@ class RunLines:
             if key in plain:
                 lines[key].append(f"{plain[key]}{block} {number(value)}\n")
 
-    def _latest(self, snap: RunSnapshot, value: str | None, step: str | None) -> None:
-        """``rlguard_metric_value`` and ``rlguard_metric_step`` (``value``, ``step``: their formats
-        for this run, None when not asked for)."""
+    def _latest(self, snap: RunSnapshot, block: str) -> None:
+        """``rlguard_metric_value`` and ``rlguard_metric_step`` (those asked for): the same labels,
+        ``block`` this run's (``%s`` for the metric), so one ``%`` per metric for both lines."""
         names = self.own["value" if "value" in self.own else "step"]  # metric names, escaped
         values, steps = self.lines.get("value"), self.lines.get("step")
+        value_name, step_name = self.exposed.get("value"), self.exposed.get("step")  # (same labels: run, metric)
         for metric, (v, s) in sorted(snap.latest.items()):
             m = names.get(metric)
             if m is None:
                 m = names[metric] = escape(metric)
-            if v is not None and value is not None:
+            labels = block % m
+            if v is not None and values is not None:
                 if type(v) is float:  # number(v), inlined: a third of a scrape's lines
                     text = repr(v)
-                    if not 0 < text.find(".") <= 6:
+                    dot = text.find(".")
+                    if not (0 < dot <= 6 or dot < 0 and "n" not in text):
                         text = floatToGoString(v)
                 else:
                     text = number(v)
-                values.append(value % (m, text))
-            if step is not None:
-                steps.append(step % (m, f"{s}.0" if type(s) is int and -1_000_000 < s < 1_000_000 else number(s)))
+                values.append(f"{value_name}{labels} {text}\n")
+            if steps is not None:
+                text = f"{s}.0" if type(s) is int and -1_000_000 < s < 1_000_000 else number(s)
+                steps.append(f"{step_name}{labels} {text}\n")
 
     def _labelled(self, key: str, fmt: str, rows: Rows) -> None:
         """Samples with labels of their own (``rows``: their values in the family's label order)."""
