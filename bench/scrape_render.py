@@ -2,7 +2,8 @@
 
 A real :class:`~rlguard.daemon.service.Daemon` (no HTTP, no subprocess) follows ``--runs`` runs
 (default 1,000) laid out as ``ROOT/{team}/{user}/{run}/metrics.jsonl`` with a path template and a
-cluster (so every series carries cluster, team and user), each ``--steps`` steps (default 20) of
+cluster (so every series carries cluster, team and user; ``--plain``: neither, the series carry
+``run`` only), each ``--steps`` steps (default 20) of
 the 12 metrics bench/daemon_load.py logs; every 10th run ends with a GRPO fault (all rewards
 equal), so alerts fire. After one poll, in the same process, alternated, ``--repeat`` times
 (default 15) each:
@@ -14,13 +15,16 @@ equal), so alerts fire. After one poll, in the same process, alternated, ``--rep
 
 The two texts are compared byte for byte first (the bench stops if they differ). Reported: the
 median (and min, max) CPU seconds (``time.process_time``) per render of each, their ratio, and
-the same for the cheap probe ``?name[]=rlguard_alert_firing``.
+the same for the cheap probe ``?name[]=rlguard_alert_firing``; apart, what the daemon's copy of
+its runs (``snapshots()``, which both renders start with) costs alone.
 
-    python bench/scrape_render.py [--runs 1000] [--steps 20] [--repeat 15]
+    python bench/scrape_render.py [--runs 1000] [--steps 20] [--repeat 15] [--plain]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import random
 import statistics
@@ -38,7 +42,7 @@ from rlguard.exporter import RLGuardCollector
 from rlguard.exposition import render
 
 
-def build(root: Path, runs: int, steps: int) -> Daemon:
+def build(root: Path, runs: int, steps: int, plain: bool = False) -> Daemon:
     rng = random.Random(0)
     for i in range(runs):
         log = root / f"team{i % 7}" / f"user{i % 31}" / f"run{i:04d}" / "metrics.jsonl"
@@ -48,8 +52,8 @@ def build(root: Path, runs: int, steps: int) -> Daemon:
             lines[steps // 2:] = [json.dumps({**json.loads(ln), "reward_std": 0.0, "frac_reward_zero_std": 1.0}) + "\n"
                                   for ln in lines[steps // 2:]]
         log.write_text("".join(lines))
-    cfg = DaemonConfig(watch=[str(root)], state_dir=str(root.parent / "state"), eval_interval=0,
-                       path_template=str(root) + "/{team}/{user}/{run}", cluster="bench-cluster")
+    labels = {} if plain else {"path_template": str(root) + "/{team}/{user}/{run}", "cluster": "bench-cluster"}
+    cfg = DaemonConfig(watch=[str(root)], state_dir=str(root.parent / "state"), eval_interval=0, **labels)
     d = Daemon(cfg)
     d.poll()
     return d
@@ -94,15 +98,19 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--plain", action="store_true", help="no path template, no cluster: the series carry run only")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.time()
-        d = build(Path(tmp) / "runs", args.runs, args.steps)
+        with contextlib.redirect_stderr(io.StringIO()):  # the daemon logs each alert it fires
+            d = build(Path(tmp) / "runs", args.runs, args.steps, args.plain)
         firing = sum(len(s.firing) for s in d.snapshots(idle=False))
-        print(f"{args.runs} runs x {args.steps} steps x 12 metrics, {firing} alerts firing "
-              f"(set up and first poll: {time.time() - t0:.0f} s)")
+        print(f"{args.runs} runs x {args.steps} steps x 12 metrics, {firing} alerts firing, labels: "
+              f"{', '.join(('run', *d.state().run_labels))} (set up and first poll: {time.time() - t0:.0f} s)")
         compare("full /metrics", d, None, args.repeat)
         compare("/metrics?name[]=rlguard_alert_firing", d, {"rlguard_alert_firing"}, args.repeat)
+        snaps = sorted(cpu_per_render(lambda: d.snapshots(idle=False), args.repeat))
+        print(f"the daemon's copy of its runs alone (snapshots(), in both): median {snaps[len(snaps) // 2] * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":
