@@ -1,6 +1,9 @@
-"""Prometheus exporter: a collector that reads the daemon's view (:mod:`rlguard.daemon.view`) at
-scrape time (no global gauges set from everywhere), served on ``/metrics`` by
-:mod:`rlguard.http_api` (127.0.0.1 by default).
+"""What the Prometheus exporter exports: the families (:data:`RUN_FAMILIES`, :data:`DAEMON_FAMILIES`)
+and their samples, read from the daemon's view (:mod:`rlguard.daemon.view`) at scrape time (no
+global gauges set from everywhere). ``/metrics`` (:mod:`rlguard.http_api`, 127.0.0.1 by default)
+writes them straight to the text format (:mod:`rlguard.exposition`); :class:`RLGuardCollector`
+gives the same samples as prometheus_client families (for a registry, and the proof that the text
+is what ``generate_latest`` would write).
 
 Exported (names follow Prometheus conventions; ``promtool check metrics`` is clean):
 
@@ -26,7 +29,8 @@ With a path template or a cluster, every per-run series also carries ``cluster``
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -37,11 +41,122 @@ if TYPE_CHECKING:
     from .daemon.runs import RunSnapshot
     from .daemon.view import DaemonState, DaemonView
 
-Family = GaugeMetricFamily | CounterMetricFamily
+PromFamily = GaugeMetricFamily | CounterMetricFamily
+#: one family's samples: (label values, value), the labels in the order of its label names
+Rows = list[tuple[tuple[str, ...], float]]
+
+
+@dataclass(frozen=True)
+class Family:
+    """One exported family. ``name``: a counter's without ``_total`` (prometheus_client's
+    convention); ``labels``: of a run family, those after the run labels; of a daemon family, all."""
+
+    key: str
+    name: str
+    type: str  # "gauge" or "counter"
+    help: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def exposed(self) -> str:
+        """The name in the text format (a counter's samples end in ``_total``)."""
+        return self.name + "_total" if self.type == "counter" else self.name
+
+    def wanted(self, names: Container[str] | None) -> bool:
+        """Asked for by ``name[]=`` (``names``; None: everything)."""
+        return names is None or self.name in names or self.name + "_total" in names
+
+
+def _gauge(key: str, name: str, doc: str, *labels: str) -> Family:
+    return Family(key, name, "gauge", doc, labels)
+
+
+def _counter(key: str, name: str, doc: str, *labels: str) -> Family:
+    return Family(key, name, "counter", doc, labels)
+
+
+#: per-run families, in the order written; each sample carries ``run`` and the run labels first
+RUN_FAMILIES = (
+    _gauge("value", "rlguard_metric_value", "Latest value of a watched training metric", "metric"),
+    _gauge("step", "rlguard_metric_step", "Step of the latest value of a watched metric", "metric"),
+    _gauge("firing", "rlguard_alert_firing", "1 while an rlguard alert is firing",
+           "rule", "kind", "severity", "metric"),
+    _counter("total", "rlguard_alerts", "rlguard alerts fired", "kind", "severity"),
+    _gauge("updated", "rlguard_run_last_update_timestamp_seconds", "Wall time a run last logged a new step"),
+    _gauge("last_step", "rlguard_run_last_step", "Last step a run logged"),
+    _gauge("stalled", "rlguard_run_stalled", "1 while a run is stalled"),
+    _gauge("stopped", "rlguard_run_stop_requested", "1 once rlguard requested a stop"),
+    _gauge("done", "rlguard_run_stopped", "1 once a run that rlguard asked to stop is seen to stop (its stop "
+           "record for the run start asked)"),
+    _gauge("ignored", "rlguard_run_stop_ignored", "1 once a run that rlguard asked to stop ended or went quiet "
+           "without acknowledging the request"),
+    _counter("errors", "rlguard_parse_errors", "Log lines or values rlguard could not use"),
+    _counter("dropped", "rlguard_metric_names_dropped", "Metric names ignored beyond the per-run cap"),
+)
+#: the daemon's own families, in the order written (after the run families)
+DAEMON_FAMILIES = (
+    _gauge("runs_watched", "rlguard_runs_watched", "Runs being watched"),
+    _gauge("runs_retired", "rlguard_runs_retired", "Runs that ended (or never logged) and are no longer watched "
+           "until their log changes"),
+    _counter("runs_dropped", "rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)"),
+    _gauge("last_poll", "rlguard_last_poll_timestamp_seconds", "Wall time of the last poll"),
+    _counter("reloads", "rlguard_rule_reloads", "Successful rule reloads (SIGHUP)"),
+    _gauge("shard_info", "rlguard_shard_info", "This daemon's shard (I of N)", "shard", "shards"),
+    _gauge("shards", "rlguard_shards", "Shards the runs are split over (N)"),
+    _gauge("other_shards", "rlguard_runs_other_shards", "Runs found that other shards own"),
+    _gauge("waiting", "rlguard_runs_waiting", "Runs this shard owns, waiting for a shard of the previous shard "
+           "count to release them"),
+    _gauge("notifications", "rlguard_notifications", "Notifications in the outbox by state", "state"),
+)
+
+
+def run_samples(snap: RunSnapshot, keys: Container[str]) -> dict[str, Rows]:
+    """One run's samples of the run families ``keys`` (those asked for): per family, the labels
+    after the run labels and the value, in the order written."""
+    out: dict[str, Rows] = {f.key: [] for f in RUN_FAMILIES if f.key in keys}
+    values, steps = out.get("value"), out.get("step")
+    if values is not None or steps is not None:
+        for metric, (v, s) in sorted(snap.latest.items()):
+            if v is not None and values is not None:
+                values.append(((metric,), v))
+            if steps is not None:
+                steps.append(((metric,), s))
+    if "firing" in out:
+        out["firing"] = [((a.rule, a.kind, a.severity, a.metric), 1) for a in snap.firing]
+        if snap.stalled:
+            out["firing"].append(((STALL.rule, STALL.kind, STALL.severity, STALL.metric), 1))
+    if "total" in out:
+        out["total"] = [(key.partition("|")[::2], n) for key, n in sorted(snap.alerts_total.items())]  # kind|severity
+    if snap.last_update and "updated" in out:
+        out["updated"].append(((), snap.last_update))
+    if snap.last_step is not None and "last_step" in out:
+        out["last_step"].append(((), snap.last_step))
+    for key, value in (("stalled", 1 if snap.stalled else 0), ("stopped", 1 if snap.stop_state else 0),
+                       ("done", 1 if snap.stop_state == "stopped" else 0),
+                       ("ignored", 1 if snap.stop_state == "ignored" else 0), ("errors", snap.parse_errors),
+                       ("dropped", snap.dropped_metrics)):
+        if key in out:
+            out[key].append(((), value))
+    return out
+
+
+def daemon_samples(d: DaemonState, stats: dict[str, int] | None) -> list[tuple[Family, Rows]]:
+    """The daemon's own families and their samples (``stats``: the outbox by state; None or
+    empty: no notifications family)."""
+    shard = d.shard
+    rows: dict[str, Rows] = {
+        "runs_watched": [((), d.runs)], "runs_retired": [((), d.retired)], "runs_dropped": [((), d.dropped_runs)],
+        "last_poll": [((), d.last_poll)], "reloads": [((), d.reloads)],
+        "shard_info": [((str(shard.index), str(shard.count)), 1)], "shards": [((), shard.count)],
+        "other_shards": [((), shard.other_shards)], "waiting": [((), shard.waiting)]}
+    if stats:
+        rows["notifications"] = [((state,), n) for state, n in sorted(stats.items())]
+    return [(f, rows[f.key]) for f in DAEMON_FAMILIES if f.key in rows]
 
 
 class RLGuardCollector:
-    """Reads a :class:`~rlguard.daemon.view.DaemonView` (a :class:`~rlguard.daemon.service.Daemon`)."""
+    """The samples as prometheus_client families, read from a
+    :class:`~rlguard.daemon.view.DaemonView` (a :class:`~rlguard.daemon.service.Daemon`)."""
 
     def __init__(self, daemon: DaemonView, names: set[str] | None = None) -> None:
         self.daemon = daemon
@@ -50,94 +165,25 @@ class RLGuardCollector:
     def describe(self):
         return []  # collected only at scrape time
 
-    def _want(self, name: str) -> bool:
-        return self.names is None or bool({name, name + "_total"} & self.names)
-
-    def collect(self) -> Iterator[Family]:
+    def collect(self) -> Iterator[PromFamily]:
         state = self.daemon.state()
-        extra = list(state.run_labels)
-        run = ["run", *extra]
-        fams = {
-            "value": GaugeMetricFamily("rlguard_metric_value", "Latest value of a watched training metric",
-                                       labels=[*run, "metric"]),
-            "step": GaugeMetricFamily("rlguard_metric_step", "Step of the latest value of a watched metric",
-                                      labels=[*run, "metric"]),
-            "firing": GaugeMetricFamily("rlguard_alert_firing", "1 while an rlguard alert is firing",
-                                        labels=[*run, "rule", "kind", "severity", "metric"]),
-            "total": CounterMetricFamily("rlguard_alerts", "rlguard alerts fired", labels=[*run, "kind", "severity"]),
-            "updated": GaugeMetricFamily("rlguard_run_last_update_timestamp_seconds",
-                                         "Wall time a run last logged a new step", labels=run),
-            "last_step": GaugeMetricFamily("rlguard_run_last_step", "Last step a run logged", labels=run),
-            "stalled": GaugeMetricFamily("rlguard_run_stalled", "1 while a run is stalled", labels=run),
-            "stopped": GaugeMetricFamily("rlguard_run_stop_requested", "1 once rlguard requested a stop",
-                                         labels=run),
-            "done": GaugeMetricFamily("rlguard_run_stopped", "1 once a run that rlguard asked to stop is seen to "
-                                      "stop (its stop record for the run start asked)", labels=run),
-            "ignored": GaugeMetricFamily("rlguard_run_stop_ignored", "1 once a run that rlguard asked to stop "
-                                         "ended or went quiet without acknowledging the request", labels=run),
-            "errors": CounterMetricFamily("rlguard_parse_errors", "Log lines or values rlguard could not use",
-                                          labels=run),
-            "dropped": CounterMetricFamily("rlguard_metric_names_dropped",
-                                           "Metric names ignored beyond the per-run cap", labels=run),
-        }
-        fams = {k: f for k, f in fams.items() if self._want(f.name)}
+        extra = state.run_labels
+        fams = {f.key: _prom(f, ["run", *extra, *f.labels]) for f in RUN_FAMILIES if f.wanted(self.names)}
         if fams:
             for snap in self.daemon.snapshots(idle=False):
-                self._run(snap, [snap.run, *(snap.labels.get(k, "") for k in extra)], fams)
+                base = [snap.run, *(snap.labels.get(k, "") for k in extra)]
+                for key, rows in run_samples(snap, fams).items():
+                    for labels, value in rows:
+                        fams[key].add_metric([*base, *labels], value)
         yield from fams.values()
-        yield from (f for f in self._daemon_families(state, self.daemon.notification_stats()) if self._want(f.name))
+        for f, rows in daemon_samples(state, self.daemon.notification_stats()):
+            if f.wanted(self.names):
+                fam = _prom(f, list(f.labels))
+                for labels, value in rows:
+                    fam.add_metric(list(labels), value)
+                yield fam
 
-    @staticmethod
-    def _daemon_families(d: DaemonState, stats: dict[str, int] | None) -> Iterator[Family]:
-        yield GaugeMetricFamily("rlguard_runs_watched", "Runs being watched", value=d.runs)
-        yield GaugeMetricFamily("rlguard_runs_retired", "Runs that ended (or never logged) and are no longer "
-                                "watched until their log changes", value=d.retired)
-        yield CounterMetricFamily("rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)",
-                                  value=d.dropped_runs)
-        yield GaugeMetricFamily("rlguard_last_poll_timestamp_seconds", "Wall time of the last poll", value=d.last_poll)
-        yield CounterMetricFamily("rlguard_rule_reloads", "Successful rule reloads (SIGHUP)", value=d.reloads)
-        shard = d.shard
-        info = GaugeMetricFamily("rlguard_shard_info", "This daemon's shard (I of N)", labels=["shard", "shards"])
-        info.add_metric([str(shard.index), str(shard.count)], 1)
-        yield info
-        yield GaugeMetricFamily("rlguard_shards", "Shards the runs are split over (N)", value=shard.count)
-        yield GaugeMetricFamily("rlguard_runs_other_shards", "Runs found that other shards own",
-                                value=shard.other_shards)
-        yield GaugeMetricFamily("rlguard_runs_waiting", "Runs this shard owns, waiting for a shard of the "
-                                "previous shard count to release them", value=shard.waiting)
-        if stats:
-            notes = GaugeMetricFamily("rlguard_notifications", "Notifications in the outbox by state",
-                                      labels=["state"])
-            for state, n in sorted(stats.items()):
-                notes.add_metric([state], n)
-            yield notes
 
-    @staticmethod
-    def _run(snap: RunSnapshot, base: list[str], f: dict[str, Family]) -> None:
-        """Adds one run's series to the families ``f`` (those asked for); ``base``: its run labels."""
-        if "value" in f or "step" in f:
-            for metric, (v, s) in sorted(snap.latest.items()):
-                if v is not None and "value" in f:
-                    f["value"].add_metric([*base, metric], v)
-                if "step" in f:
-                    f["step"].add_metric([*base, metric], s)
-        if "firing" in f:
-            for a in snap.firing:
-                f["firing"].add_metric([*base, a.rule, a.kind, a.severity, a.metric], 1)
-            if snap.stalled:
-                f["firing"].add_metric([*base, STALL.rule, STALL.kind, STALL.severity, STALL.metric], 1)
-        if "total" in f:
-            for key, n in sorted(snap.alerts_total.items()):
-                kind, _, severity = key.partition("|")
-                f["total"].add_metric([*base, kind, severity], n)
-        if snap.last_update and "updated" in f:
-            f["updated"].add_metric(base, snap.last_update)
-        if snap.last_step is not None and "last_step" in f:
-            f["last_step"].add_metric(base, snap.last_step)
-        for key, value in (("stalled", 1 if snap.stalled else 0), ("stopped", 1 if snap.stop_state else 0),
-                           ("done", 1 if snap.stop_state == "stopped" else 0),
-                           ("ignored", 1 if snap.stop_state == "ignored" else 0), ("errors", snap.parse_errors),
-                           ("dropped", snap.dropped_metrics)):
-            if key in f:
-                f[key].add_metric(base, value)
-
+def _prom(f: Family, labels: list[str]) -> PromFamily:
+    cls = CounterMetricFamily if f.type == "counter" else GaugeMetricFamily
+    return cls(f.name, f.help, labels=labels)

@@ -1,7 +1,8 @@
 """The daemon's HTTP surface, in a background thread (127.0.0.1 by default):
 
-- ``GET /metrics``: the Prometheus text format (:mod:`rlguard.exporter`, rendered by
-  :mod:`rlguard.exposition`); ``?name[]=FAMILY`` builds only the families named;
+- ``GET /metrics``: the Prometheus text format (what :mod:`rlguard.exporter` exports, written
+  straight from the view by :mod:`rlguard.exposition`); ``?name[]=FAMILY`` writes only the
+  families named;
 - ``GET /healthz``: ``{"status", "problems", "runs", "last_poll"}``, 200 while ok or starting,
   503 when degraded or stuck (:class:`rlguard.daemon.view.Health`);
 - ``GET /status``: what ``rlguard status`` shows (:func:`rlguard.daemon.control.status`); beyond
@@ -24,7 +25,6 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .exporter import RLGuardCollector
 from .exposition import render
 
 if TYPE_CHECKING:
@@ -50,9 +50,10 @@ def serve(daemon: DaemonControl, host: str = "127.0.0.1", port: int = 9108,
 
 
 def metrics(daemon: DaemonControl, path: str) -> bytes:
-    """The text format, as generate_latest writes it, in less than half its time (see .exposition)."""
+    """The text format, as generate_latest writes it for the exporter's collector, without its
+    family objects (see .exposition)."""
     names = parse_qs(urlsplit(path).query).get("name[]")
-    return render(RLGuardCollector(daemon, set(names) if names else None).collect())
+    return render(daemon, set(names) if names else None)
 
 
 def health(daemon: DaemonControl) -> tuple[int, bytes]:
