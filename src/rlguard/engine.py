@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import Column
-from .detectors import DETECTORS, FINE, UNKNOWN, Chunk, Detector
+from .detectors import DETECTORS, FINE, TRIGGERED, UNKNOWN, Chunk, Detector
 from .rulespec import Guard, Rule
 from .stats import mad_sigma
 
@@ -67,8 +67,8 @@ class RuleInstance:
         if sel is None:
             other, other_se = companion if companion is not None else (None, None)
             sc = self.detector.scan(Chunk(col.steps, values, col.quantum, other, other_se))
-            verdict, stat, ref = sc.verdict.copy(), sc.stat, sc.ref
-            ref_step = sc.ref_step if sc.ref_step is not None else np.full(n, -1, dtype=np.int64)
+            verdict, stat, ref = sc.verdict, sc.stat, sc.ref
+            ref_step = sc.ref_step  # None: no reference step (read only where a rule fires)
             level = sc.level if sc.level is not None else values
         else:
             verdict = np.full(n, UNKNOWN, dtype=np.int8)
@@ -83,6 +83,7 @@ class RuleInstance:
                 if sc.level is not None:
                     level = values.astype(float, copy=True)
                     level[sel] = sc.level
+        owned = sel is not None  # a detector's own verdicts are copied before any are changed
         r = self.rule
         mute = None
         if r.min_samples > 1 and self.samples + 1 < r.min_samples:
@@ -94,10 +95,12 @@ class RuleInstance:
         if callable(guard_ok):  # coincidence guards: asked only where the detector triggered
             hit = np.flatnonzero(verdict == 1)
             if len(hit):
+                verdict, owned = (verdict if owned else verdict.copy()), True
                 verdict[hit[~guard_ok(hit)]] = FINE
         elif guard_ok is not None:
             mute = ~guard_ok if mute is None else mute | ~guard_ok
         if mute is not None:
+            verdict = verdict.copy() if not owned and mute.any() else verdict
             verdict[mute] = UNKNOWN
         seen_before = -1 if self.last_seen is None else self.last_seen
         if n:
@@ -105,6 +108,14 @@ class RuleInstance:
         return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps, seen_before)
 
     def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps, seen_before: int) -> list[Event]:
+        if not (self.firing or self.run or self.cool) and len(verdict) <= _SMALL:
+            # fast path for the daemon's small chunks: nothing pending, nothing triggered
+            vl = verdict.tolist()
+            if TRIGGERED not in vl:
+                last = next((i for i in range(len(vl) - 1, -1, -1) if vl[i] != UNKNOWN), None)
+                if last is not None:
+                    self.last_step = int(steps[last])
+                return []
         judged = np.flatnonzero(verdict != UNKNOWN)
         if len(judged) == 0:
             return []
@@ -112,6 +123,8 @@ class RuleInstance:
         if not (self.firing or self.run or self.cool) and not (v == 1).any():
             self.last_step = int(steps[judged[-1]])
             return []  # fast path: nothing pending, nothing triggered
+        if ref_step is None:
+            ref_step = np.full(len(verdict), -1, dtype=np.int64)
         # the record before each sample, judged or not: where a streak starting there begins
         prev = np.concatenate([[seen_before], steps[:-1]])
         events: list[Event] = []
@@ -167,6 +180,10 @@ class RuleInstance:
         self.cool, self.samples = int(s["cool"]), int(s["samples"])
         self.anchor, self.last_step, self.last_seen = s.get("anchor"), s.get("last_step"), s.get("last_seen")
         self.detector.load_state_dict(s.get("detector", {}))
+
+
+#: chunks up to this many samples take the plain-Python paths (numpy's per-call cost dominates)
+_SMALL = 64
 
 
 def _run_start(step: int) -> int:

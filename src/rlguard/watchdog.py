@@ -71,6 +71,7 @@ class Watchdog:
         self._needed = _needed(self.rules)
         self._chunk_series: dict[str, tuple] = {}
         self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
+        self._shapes: dict[str, tuple[str | None, bool]] = {}  # rule id -> (companion, coincidence guards)
         self.incidents = Incidents()
 
     # ------------------------------------------------------------------ feeding
@@ -137,19 +138,23 @@ class Watchdog:
         for rule in rules:
             if name not in rule.metrics and not self._wild_applies(rule, name, col):
                 continue
-            inst = self.instances.get(f"{rule.id}|{name}")
+            key = f"{rule.id}|{name}"
+            inst = self.instances.get(key)
             if inst is None:
-                inst = self.instances[f"{rule.id}|{name}"] = RuleInstance(rule, name)
+                inst = self.instances[key] = RuleInstance(rule, name)
                 if rule.id in self._wild and hasattr(inst.detector, "seen_finite"):
                     inst.detector.seen_finite = name in self._finite_seen  # built late: told the past
-            companion = self._companion(rule, col, cols)
-            if rule.guards and all(g.spike_z is not None for g in rule.guards):
+            comp, coincidence = self._shape(rule)
+            companion = self._companion(rule, comp, col, cols) if comp else None
+            if coincidence:
                 # coincidence guards are consulted only where the rule's own detector triggered
                 guards = lambda idx, rule=rule, col=col: self._guards(rule, col, cols, idx)  # noqa: E731
             else:
                 guards = self._guards(rule, col, cols) if rule.guards else None
             events = inst.evaluate(col, self.first_step or 0, companion, guards)
-            unchecked = self._unchecked(rule, col, cols) if events else None
+            if not events:
+                continue
+            unchecked = self._unchecked(rule, col, cols)
             for ev in events:
                 alert, best_of = make_alert(self.run, rule, name, col, ev, inst.detector.ref_is_best, self.best)
                 if unchecked is not None and ev.firing:
@@ -198,14 +203,20 @@ class Watchdog:
             seq, vals = np.concatenate([seq, col.seq]), np.concatenate([vals, col.values])
         return seq, vals, rec.max_seen, rec.min_seen
 
-    def _companion(self, rule: Rule, col: Column, cols: dict[str, Column]):
+    def _shape(self, rule: Rule) -> tuple[str | None, bool]:
+        """(companion metric, whether every guard is a coincidence guard) of a rule, worked
+        out once: read at every evaluation of every instance."""
+        got = self._shapes.get(rule.id)
+        if got is None:
+            got = self._shapes[rule.id] = (companion_of(rule), bool(rule.guards) and all(
+                g.spike_z is not None for g in rule.guards))
+        return got
+
+    def _companion(self, rule: Rule, comp: str, col: Column, cols: dict[str, Column]):
         """(mean, standard error) of the companion's last ``smooth`` values as of each sample.
 
         The standard error comes from the companion's own noise: the robust sigma of its
         consecutive differences over its last 50 values (0 while there are fewer than 3)."""
-        comp = companion_of(rule)
-        if not comp:
-            return None
         seq, vals, _, _ = self._series(comp, cols)
         return trailing_mean_se(seq, vals, col.seq, int(rule.params.get("smooth", 5)))
 

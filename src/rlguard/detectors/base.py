@@ -138,12 +138,19 @@ def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) 
     return out
 
 
-def extend_tail(tail: list[float], values: np.ndarray) -> np.ndarray:
+def extend_tail(tail: np.ndarray | list[float], values: np.ndarray) -> np.ndarray:
     """History (previous tail + new values) as one array."""
-    if not tail:
+    if len(tail) == 0:
         return np.asarray(values, dtype=float)
     return np.concatenate([np.asarray(tail, dtype=float), values])
 
 
-def keep_tail(hist: np.ndarray, n: int) -> list[float]:
-    return hist[-n:].tolist() if n > 0 else []
+def keep_tail(hist: np.ndarray, n: int) -> np.ndarray:
+    """The last ``n`` values, kept as an array (its own copy): the next chunk extends it
+    without a list-to-array conversion; :func:`tail_list` gives the saved state's list."""
+    return hist[-n:].copy() if n > 0 else np.empty(0)
+
+
+def tail_list(tail: np.ndarray | list[float]) -> list[float]:
+    """A kept tail as plain floats, for a JSON state."""
+    return tail.tolist() if isinstance(tail, np.ndarray) else list(tail)

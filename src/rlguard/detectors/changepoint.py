@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import best_split_l2, mad_sigma, past_shifts_sd
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
 
 
 @register
@@ -150,7 +150,7 @@ class ChangePoint(Detector):
                 f"{fmt(after)} ({stat * 100:+.0f}%), confirmed by ruptures (KernelCPD, linear kernel)")
 
     def state_dict(self):
-        return {"tail": self.tail, "tail_steps": self.tail_steps, "seen": self.seen,
+        return {"tail": tail_list(self.tail), "tail_steps": self.tail_steps, "seen": self.seen,
                 "quiet_until": self.quiet_until, "last_change_step": self.last_change_step}
 
     def load_state_dict(self, s):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register
+from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
 from .simple import Condition, compare
 
 
@@ -164,7 +164,7 @@ class NullMean(Detector):
                 f"that cannot tell the policy from its reference (it has not moved)")
 
     def state_dict(self):
-        return {"tail": self.tail}
+        return {"tail": tail_list(self.tail)}
 
     def load_state_dict(self, s):
         self.tail = list(s.get("tail", []))

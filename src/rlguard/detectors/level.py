@@ -16,7 +16,7 @@ import numpy as np
 from pydantic import Field
 
 from .base import (TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
-                   rolling)
+                   rolling, tail_list)
 from .simple import compare
 
 
@@ -78,7 +78,7 @@ class Rolling(Detector):
         return hist, level, first
 
     def state_dict(self):
-        return {"tail": self.tail, "seen": self.seen}
+        return {"tail": tail_list(self.tail), "seen": self.seen}
 
     def load_state_dict(self, s):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))

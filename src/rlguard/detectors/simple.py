@@ -6,7 +6,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .base import FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
+from .base import (FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
+                   rolling, tail_list)
 
 
 @register
@@ -129,7 +130,7 @@ class Threshold(Detector):
         return f"{what} = {fmt(stat)}, {rel} {fmt(ref)}"
 
     def state_dict(self):
-        return {"tail": self.tail, "fractional": self.fractional}
+        return {"tail": tail_list(self.tail), "fractional": self.fractional}
 
     def load_state_dict(self, state):
         self.tail = list(state.get("tail", []))

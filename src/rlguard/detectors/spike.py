@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import MAD_TO_SIGMA, median_mad, median_mad_rows, sorted_unique, window_max
-from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail,
+from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list,
                    quantile_rows, register, windows)
 
 
@@ -168,7 +168,7 @@ class Spike(Detector):
                 f"{'above' if stat > 0 else 'below'} its recent median {fmt(ref)}")
 
     def state_dict(self):
-        return {"tail": self.tail, "seen": self.seen, "low": self.low if np.isfinite(self.low) else None}
+        return {"tail": tail_list(self.tail), "seen": self.seen, "low": self.low if np.isfinite(self.low) else None}
 
     def load_state_dict(self, s):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
