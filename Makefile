@@ -28,7 +28,7 @@ ops-tools:
 	@bash ops/tools/get-helm.sh
 
 test: setup ops-tools
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=30
 	$(VENV)/bin/rlguard rules test
 
 # Only the operations checks: alert rules (promtool), Alertmanager config (amtool), the e2e
