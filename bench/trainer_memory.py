@@ -46,8 +46,10 @@ def reset_peak() -> float:
     return rss_mb()["VmRSS"]
 
 
-def build_model(path: Path) -> None:
-    """A Qwen2 with Qwen2.5's vocabulary size and a word-level tokenizer of as many tokens."""
+def build_model(path: Path, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                intermediate: int = 128, dtype: str = "float32") -> None:
+    """A Qwen2 with Qwen2.5's vocabulary size and a word-level tokenizer of as many tokens
+    (random weights, saved in ``dtype``)."""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
@@ -60,11 +62,12 @@ def build_model(path: Path) -> None:
     core.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
     core.decoder = decoders.Fuse()
     tok = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>")
-    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+    cfg = Qwen2Config(vocab_size=VOCAB, hidden_size=hidden, intermediate_size=intermediate,
+                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=kv_heads,
+                      max_position_embeddings=32768 if layers > 2 else 1024, rope_theta=1e6 if layers > 2 else 1e4,
                       tie_word_embeddings=True, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     torch.manual_seed(0)
-    Qwen2ForCausalLM(cfg).save_pretrained(str(path))
+    Qwen2ForCausalLM(cfg).to(getattr(torch, dtype)).save_pretrained(str(path))
     tok.save_pretrained(str(path))
 
 
