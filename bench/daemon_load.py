@@ -23,6 +23,7 @@
 
     python bench/daemon_load.py [--runs 1000] [--duration 30s|30m] [--burst 100000]
                                 [--layout jsonl|trl|both] [--eval-interval S] [--no-burst]
+                                [--quiet-interval S[,S...]] [--warmup S]
                                 [--series FILE] [--settled MIN] [--baseline-seconds S]
 """
 from __future__ import annotations
@@ -104,7 +105,8 @@ class TrlRun:
 
 
 def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, extra: list[str] = (),
-              series: Path | None = None, settled: float = 20.0, baseline_seconds: int = 60) -> None:
+              series: Path | None = None, settled: float = 20.0, baseline_seconds: int = 60,
+              warmup: float = 0.0) -> float:
     rng = random.Random(0)
     root = tmp / "runs"
     make = (lambda i: TrlRun(root, i, save_every)) if layout == "trl" else (lambda i: JsonlRun(root, i))
@@ -114,10 +116,17 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
             w.write(s, rng)
     proc, port = start_daemon(tmp, str(root), extra)
     first = first_pass_scrapes(port, 12.0)  # discovery of every run and the first full read
+    step = 11
+    w0 = time.time()
+    while time.time() - w0 < warmup:  # the runs write before the measure starts (young runs aside)
+        tick = time.time()
+        for w in writers:
+            w.write(step, rng)
+        step += 1
+        time.sleep(max(0.0, 1.0 - (time.time() - tick)))
     c0, t0 = cpu_seconds(proc.pid), time.time()
     probe = Probe(proc.pid, port, series=series)
     probe.start()
-    step = 11
     while time.time() - t0 < seconds:
         tick = time.time()
         for w in writers:
@@ -135,7 +144,9 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
     lags = sorted(step - 1 - float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                   if line.startswith("rlguard_run_last_step{"))
     base = bare_tailer_cpu(writers, min(seconds, baseline_seconds), step, rng)
-    print(f"[{layout}] {runs} runs x 1 step/s x 12 metrics for {wall:.0f} s"
+    quiet = f", {' '.join(extra)}" if extra else ""
+    warm = f" after {warmup:.0f} s of writing" if warmup else ""
+    print(f"[{layout}{quiet}] {runs} runs x 1 step/s x 12 metrics for {wall:.0f} s{warm}"
           f"{f' (checkpoint every {save_every} steps)' if layout == 'trl' else ''}: daemon CPU "
           f"{100 * cpu / wall:.1f}% of one core, RSS {rss:.0f} MB, runs exported {seen}")
     if lags:  # a daemon short of CPU falls behind: its share alone would hide it
@@ -148,6 +159,7 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
         print(f"  full /metrics scrape during the first pass (daemon just started, {runs} runs being read): "
               f"median {f[len(f) // 2]:.2f} s, max {f[-1]:.2f} s ({len(f)} scrapes)")
     probe.report(settled)
+    return cpu / wall
 
 
 def first_pass_scrapes(port: int, seconds: float) -> list[float]:
@@ -352,14 +364,28 @@ def main(argv=None) -> int:
     ap.add_argument("--save-every", type=int, default=5, help="trl layout: steps between checkpoints")
     ap.add_argument("--eval-interval", type=float, default=None,
                     help="the daemon's --eval-interval for the many-runs part (default: the daemon's, 10 s)")
+    ap.add_argument("--quiet-interval", default=None, metavar="S[,S...]",
+                    help="the daemon's --quiet-interval (default: the daemon's, 60 s); a comma-separated list "
+                         "runs the many-runs part once per value, in this command, and prints the CPU ratios")
+    ap.add_argument("--warmup", type=float, default=0.0,
+                    help="seconds the runs write before the CPU is measured (a run's quiet band needs 20 records)")
     ap.add_argument("--no-burst", action="store_true", help="skip the burst part")
     args = ap.parse_args(argv)
     extra = [] if args.eval_interval is None else ["--eval-interval", f"{args.eval_interval:g}"]
+    quiets = [None] if args.quiet_interval is None else [float(q) for q in args.quiet_interval.split(",")]
+    shares: dict[tuple, float] = {}
     for layout in (["jsonl", "trl"] if args.layout == "both" else [args.layout]):
-        with tempfile.TemporaryDirectory() as tmp:
-            series = args.series.with_suffix(f".{layout}.csv") if args.series and args.layout == "both" else args.series
-            many_runs(Path(tmp), args.runs, args.seconds, layout, args.save_every, extra,
-                      series, args.settled, args.baseline_seconds)
+        for q in quiets:
+            flags = extra + ([] if q is None else ["--quiet-interval", f"{q:g}"])
+            with tempfile.TemporaryDirectory() as tmp:
+                series = args.series.with_suffix(f".{layout}.csv") if args.series and args.layout == "both" \
+                    else args.series
+                shares[layout, q] = many_runs(Path(tmp), args.runs, args.seconds, layout, args.save_every, flags,
+                                              series, args.settled, args.baseline_seconds, args.warmup)
+    for (layout, q), share in shares.items():
+        if len(quiets) > 1 and q != quiets[0]:
+            print(f"[{layout}] daemon CPU with --quiet-interval {q:g} / with {quiets[0]:g}: "
+                  f"{share / shares[layout, quiets[0]]:.2f}x")
     if not args.no_burst:
         with tempfile.TemporaryDirectory() as tmp:
             burst(Path(tmp), args.burst)

@@ -110,6 +110,10 @@ class DaemonConfig(BaseModel):
     poll_interval: float = Field(2.0, gt=0, description="seconds between reads of the logs")
     eval_interval: float = Field(10.0, ge=0, description="seconds between rule evaluations of a run (records are "
                                                           "batched in between; 0: at every poll)")
+    quiet_interval: float = Field(60.0, ge=0, description="seconds a quiet run's records may wait before they are "
+                                  "evaluated (no rule pending or firing, every value finite and inside its "
+                                  "metric's recent range); faults that leave that range wait only eval_interval; "
+                                  "0: off")
     discover_interval: float = Field(0.0, ge=0, description="seconds between scans for new runs (0: at every "
                                                              "poll; the scan costs one stat per known directory)")
     settle_after: float = Field(20.0, ge=0, description="seconds a TensorBoard file must be unchanged before its "

@@ -18,6 +18,7 @@ from ..sources.layout import Found, follow_target, log_kind, run_name
 from . import stops
 from .. import incarnation
 from .builtin import STALL, STOP_IGNORED, STOPPED
+from .quiet import QuietScreen
 from .tail import SETTLE, FileTail
 
 KEEP_ALERTS = 1000
@@ -96,6 +97,10 @@ class RunMonitor:
         self.admitted: set[str] = set()
         self.pending: list = []  # records read but not yet evaluated
         self.last_eval = 0.0
+        self.screen = QuietScreen()  # may a quiet run's records wait (see .quiet)
+        self._watched_raw: dict[str, bool] = {}
+        self._quiet_upto = 0  # pending[:_quiet_upto] were screened quiet already
+        self.evaluations = 0  # chunks handed to the watchdog
         self.tail_saved = self.tail.state_dict()
         self.changed = False
         self.never_saved = saved is None  # saved at its first records (see Daemon.poll)
@@ -118,13 +123,14 @@ class RunMonitor:
         """Where the run reads stop requests: its output dir (never a symlink's target)."""
         return Path(self.found.run_dir)
 
-    def poll(self, now: float, eval_interval: float = 0.0) -> tuple[list[Alert], list[Decision], list[str]]:
+    def poll(self, now: float, eval_interval: float = 0.0,
+             quiet_interval: float = 0.0) -> tuple[list[Alert], list[Decision], list[str]]:
         """New records through the watchdog: (alerts, decisions, tail events).
 
         Records are read at every poll but handed to the watchdog in chunks, at most every
         ``eval_interval`` seconds (or when 1,000 are waiting): the rules cost per chunk, not
         per record, so 1,000 runs logging every second stay cheap; detection waits at most
-        that long.
+        that long. A quiet run's records (:mod:`.quiet`) may wait up to ``quiet_interval``.
         """
         events = []
         if self.found.layout in ("hf_output", "tensorboard"):
@@ -146,13 +152,18 @@ class RunMonitor:
             self.pending.extend(self._bounded(p.records))
             self.info.last_update = now
         due = self.pending and (now - self.last_eval >= eval_interval or len(self.pending) >= 1000)
+        if due and eval_interval and len(self.pending) < 1000 and now - self.last_eval < quiet_interval \
+                and self._quiet():  # (eval_interval 0 asks for every poll: nothing waits)
+            due = False
         if not due:
             return [], [], p.events
-        records, self.pending = self.pending, []
+        records, self.pending, self._quiet_upto = self.pending, [], 0
         self.last_eval = now
         self.tail_saved = self.tail.state_dict()  # saved offsets never run ahead of evaluation
         before = len(self.watchdog.alerts)
         decisions = self.watchdog.ingest(records)
+        self.evaluations += 1
+        self.screen.judged(records, self._watched)
         alerts = self.watchdog.alerts[before:]
         if len(self.watchdog.alerts) > 2 * KEEP_ALERTS:  # a run that flaps for weeks: memory stays bounded
             del self.watchdog.alerts[:-KEEP_ALERTS]  # (its saved state keeps the same latest 1,000)
@@ -169,6 +180,26 @@ class RunMonitor:
         self.changed = True
         return alerts, decisions, p.events
 
+    def _quiet(self) -> bool:
+        """May the waiting records wait longer? (:mod:`.quiet`: no rule pending or firing, every
+        value finite, known and inside its metric's recent band.)"""
+        if self.watchdog.unsettled():
+            return False
+        if self.screen.why_not_quiet(self.pending[self._quiet_upto:], self._watched) is not None:
+            return False
+        self._quiet_upto = len(self.pending)  # the bands change only when records are judged
+        return True
+
+    def _watched(self, raw: str) -> bool:
+        """Is this logged key one the rules watch (under its canonical name)?"""
+        hit = self._watched_raw.get(raw)
+        if hit is None:
+            try:
+                hit = self._watched_raw[raw] = self.watchdog.naming.name(raw) in self.watchdog.watched()
+            except KeyError:  # not yet named: judged now, as a new metric
+                return True
+        return hit
+
     def _new_start(self, events: list[str]) -> None:
         """A relaunch or a resume in this directory is a new run: its records are judged by a
         fresh watchdog, never together with the history of the run before it."""
@@ -177,7 +208,8 @@ class RunMonitor:
             return
         if self.info.incarnation is not None:
             self.watchdog = Watchdog(packs=self.packs, run=self.run)
-            self.pending = []
+            self.pending, self._quiet_upto = [], 0
+            self.screen, self._watched_raw = QuietScreen(), {}
             events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
         self.info.incarnation = inc["id"]
         self.changed = True

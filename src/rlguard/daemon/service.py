@@ -192,7 +192,7 @@ class Daemon:
         for mon in monitors:
             with self.lock:
                 try:
-                    alerts, decisions, events = mon.poll(now, self.cfg.eval_interval)
+                    alerts, decisions, events = mon.poll(now, self.cfg.eval_interval, self.cfg.quiet_interval)
                 except Exception as exc:  # noqa: BLE001 - one run must never blind the others
                     mon.failed(exc)
                     continue
