@@ -55,6 +55,16 @@ def _replace(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def signature(run_dir: str | os.PathLike) -> tuple[int, int, int] | None:
+    """What changes when a run starts in ``run_dir`` (inode, mtime, size of its record; None: no
+    record): a watcher re-reads :func:`current` only when this changes (one ``stat`` a poll)."""
+    try:
+        st = os.stat(os.path.join(run_dir, "rlguard", INCARNATION_FILE))
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 def current(run_dir: str | os.PathLike) -> dict | None:
     """The incarnation that started last in ``run_dir`` (None: no rlguard-aware run started there)."""
     data = _read_json(Path(run_dir) / "rlguard" / INCARNATION_FILE)

@@ -101,6 +101,8 @@ class RunMonitor:
         self._watched_raw: dict[str, bool] = {}
         self._quiet_upto = 0  # pending[:_quiet_upto] were screened quiet already
         self.evaluations = 0  # chunks handed to the watchdog
+        self._unsettled = True  # a rule pending or firing after the last evaluation (none yet: assume so)
+        self._inc_sig: tuple | None = None  # the incarnation record's stat when last read
         self.tail_saved = self.tail.state_dict()
         self.changed = False
         self.never_saved = saved is None  # saved at its first records (see Daemon.poll)
@@ -163,6 +165,7 @@ class RunMonitor:
         before = len(self.watchdog.alerts)
         decisions = self.watchdog.ingest(records)
         self.evaluations += 1
+        self._unsettled = self.watchdog.unsettled()
         self.screen.judged(records, self._watched)
         alerts = self.watchdog.alerts[before:]
         if len(self.watchdog.alerts) > 2 * KEEP_ALERTS:  # a run that flaps for weeks: memory stays bounded
@@ -183,7 +186,7 @@ class RunMonitor:
     def _quiet(self) -> bool:
         """May the waiting records wait longer? (:mod:`.quiet`: no rule pending or firing, every
         value finite, known and inside its metric's recent band.)"""
-        if self.watchdog.unsettled():
+        if self._unsettled:  # (it changes only when records are judged)
             return False
         if self.screen.why_not_quiet(self.pending[self._quiet_upto:], self._watched) is not None:
             return False
@@ -203,13 +206,21 @@ class RunMonitor:
     def _new_start(self, events: list[str]) -> None:
         """A relaunch or a resume in this directory is a new run: its records are judged by a
         fresh watchdog, never together with the history of the run before it."""
-        inc = incarnation.current(self.run_dir) if self.found.run_dir else None
-        if inc is None or inc["id"] == self.info.incarnation:
+        if not self.found.run_dir:
+            return
+        sig = incarnation.signature(self.run_dir)
+        if sig is None or sig == self._inc_sig:  # one stat a poll; read only when it changed
+            return
+        inc = incarnation.current(self.run_dir)
+        if inc is None:  # unreadable now: asked again at the next poll
+            return
+        self._inc_sig = sig
+        if inc["id"] == self.info.incarnation:
             return
         if self.info.incarnation is not None:
             self.watchdog = Watchdog(packs=self.packs, run=self.run)
             self.pending, self._quiet_upto = [], 0
-            self.screen, self._watched_raw = QuietScreen(), {}
+            self.screen, self._watched_raw, self._unsettled = QuietScreen(), {}, True
             events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
         self.info.incarnation = inc["id"]
         self.changed = True
