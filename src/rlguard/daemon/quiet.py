@@ -36,6 +36,8 @@ from typing import Callable, Iterable
 WINDOW = 100
 MARGIN = 0.5
 MIN_HISTORY = 20
+_UNASKED, _NO_BAND = object(), (math.nan, math.nan)
+_finite = math.isfinite
 
 
 class QuietScreen:
@@ -49,22 +51,22 @@ class QuietScreen:
         self._bands: dict[str, tuple[float, float]] = {}  # raw key -> (lo, hi), once it has history
         self._seen: set[str] = set()  # every raw key judged so far
 
-    def judged(self, records: Iterable, watched: Callable[[str], bool]) -> None:
+    def judged(self, records: list, watched: Callable[[str], bool]) -> None:
         """Records the watchdog has just judged: their values enter the bands."""
-        touched = set()
+        keys: set[str] = set()
         for rec in records:
-            for key, value in rec.metrics.items():
-                if key not in self._seen:
-                    self._seen.add(key)
-                if not watched(key) or not math.isfinite(value):
-                    continue
-                ring = self._recent.get(key)
-                if ring is None:
-                    ring = self._recent[key] = deque(maxlen=self.window)
-                ring.append(value)
-                touched.add(key)
-        for key in touched:
-            ring = self._recent[key]
+            keys.update(rec.metrics)
+        self._seen.update(keys)
+        for key in keys:
+            if not watched(key):
+                continue
+            values = [v for v in (rec.metrics.get(key) for rec in records) if v is not None and _finite(v)]
+            if not values:
+                continue
+            ring = self._recent.get(key)
+            if ring is None:
+                ring = self._recent[key] = deque(maxlen=self.window)
+            ring.extend(values)
             if len(ring) < self.min_history:
                 continue
             lo, hi = min(ring), max(ring)
@@ -74,16 +76,19 @@ class QuietScreen:
     def why_not_quiet(self, records: Iterable, watched: Callable[[str], bool]) -> str | None:
         """None when every waiting record is quiet, else the first reason it is not."""
         bands, seen = self._bands, self._seen
+        asked: dict[str, tuple[float, float] | None] = {}  # key -> its band (None: not watched)
         for rec in records:
             for key, value in rec.metrics.items():
-                if key not in seen:
-                    return f"{key}: new metric"
-                if not math.isfinite(value):
+                band = asked.get(key, _UNASKED)
+                if band is _UNASKED:
+                    if key not in seen:
+                        return f"{key}: new metric"
+                    band = asked[key] = bands.get(key, _NO_BAND) if watched(key) else None
+                if not _finite(value):
                     return f"{key}: non-finite value at step {rec.step}"
-                if not watched(key):
-                    continue
-                band = bands.get(key)
                 if band is None:
+                    continue
+                if band is _NO_BAND:
                     return f"{key}: too little history for a band"
                 if not band[0] <= value <= band[1]:
                     return f"{key}: {value:g} at step {rec.step} outside [{band[0]:g}, {band[1]:g}]"

@@ -41,6 +41,7 @@ from .stream import StreamFilter
 from .tailstate import ANCHOR, Poll, TailState, content_hash
 
 MAX_BYTES = 64 * 1024 * 1024
+READ_SLACK = 64 * 1024  # bytes read past the size the stat saw (a log that grew meanwhile)
 SETTLE = 20.0  # seconds a log must be unchanged before a held step counts as complete
 
 
@@ -199,17 +200,23 @@ class FileTail:
             self._restart(info.st_ino)
             st, k = self.state, 0
         f.seek(st.offset - k)
-        data = f.read(k + self.max_bytes)
+        data = f.read(k + self._want(info.st_size - st.offset))
         if k and content_hash(data[:k]) != st.anchor:
             out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
             drained = drain_rotated(self, reader, out, copied=info.st_ino == st.inode)
             self._restart(info.st_ino)
             k = 0
             f.seek(0)
-            data = f.read(self.max_bytes)
+            data = f.read(self._want(info.st_size))
         elif k and info.st_ino != st.inode:
             out.events.append("replaced by a longer copy; continuing")
         return k, data, drained
+
+    def _want(self, expected: int) -> int:
+        """New bytes to ask ``read`` for: what the stat promised plus room for what came since,
+        never more than a slice (a read of ``n`` bytes allocates ``n``: 64 MB per poll would cost
+        more than reading the lines)."""
+        return min(self.max_bytes, max(expected, 0) + READ_SLACK)
 
     def _consume(self, reader: Reader, info: os.stat_result, out: Poll, prev: bytes,
                  data: bytes) -> list[LogRecord]:
