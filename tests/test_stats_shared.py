@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlguard.stats import rolling_median, shared_rolling_median, sharing
+from rlguard.stats import rolling_median, shared_rolling_median, sharing, upper_median
 from rlguard.watchdog import Watchdog
 
 
@@ -90,3 +90,38 @@ def test_watchdog_alerts_unchanged_by_sharing():
     key = lambda a: (a.rule, a.metric, a.step, a.status)  # noqa: E731
     assert live.alerts, "the collapse must fire"
     assert [key(a) for a in live.alerts] == [key(a) for a in batch.alerts]
+
+
+def test_large_inputs_share_only_when_every_bit_is_equal():
+    """A replayed log's chunk is keyed by its length and ends, then compared bit for bit: the
+    same ends around a different middle, or a -0.0 where the other has 0.0, is another input."""
+    x = _stream(3000, seed=9)
+    y = x.copy()
+    y[1500] += 1e-9  # same length, same ends
+    z = x.copy()
+    z[x == 0.0] = -0.0
+    with sharing() as memo:
+        a = shared_rolling_median(x, 10)
+        b = shared_rolling_median(x.copy(), 10)
+        c = shared_rolling_median(y, 10)
+        d = shared_rolling_median(z, 10)
+        assert sum(len(v) for v in memo.values()) == 3  # x (shared by a and b), y, z
+    assert a.tobytes() == b.tobytes() == rolling_median(x, 10).tobytes()
+    assert c.tobytes() == rolling_median(y, 10).tobytes()
+    assert d.tobytes() == rolling_median(z, 10).tobytes()
+
+
+@pytest.mark.parametrize("w", [1, 2, 3, 5, 10, 30])
+def test_small_chunk_path_equals_the_numpy_path(w):
+    """A live run's few positions are sorted as lists: the same sample, bit for bit, as the
+    partition of the batch path (NaN and negative zeros go to numpy)."""
+    rng = np.random.default_rng(w)
+    for case in range(60):
+        n = int(rng.integers(1, 80))
+        x = rng.choice([0.0, -0.0, 1.0, 2.0, np.nan, np.inf, -1.5], size=n) if case % 3 == 0 else \
+            rng.normal(size=n)
+        for last in (1, 2, 5, 8):
+            got = rolling_median(x, w, last)
+            # numpy's pick: one partition of each window (the batch path's rows, bit for bit)
+            want = np.array([upper_median(x[max(0, i - w + 1): i + 1]) for i in range(max(0, n - last), n)])
+            assert got.tobytes() == want.tobytes(), (case, last)

@@ -77,8 +77,9 @@ class StepDown(Rolling):
             e = end[ok]
             # the reference window ends where the level's window starts: a rolling median of
             # the history, read ``window + gap`` samples back (the upper median, as everywhere)
-            med = rolling(hist[: e[-1] - back], p.ref_window, "median")
-            before = med[e - back - 1]
+            # (only at the positions read: a live run's one-record chunk needs one window)
+            med = rolling(hist[: e[-1] - back], p.ref_window, "median", last=int(e[-1] - e[0]) + 1)
+            before = med[e - e[0]]
             lv = level[ok]
             trig = (before > 0) & (lv <= p.max_ratio * before)
             for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
