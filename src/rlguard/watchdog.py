@@ -176,7 +176,7 @@ class Watchdog:
         named = self._wild.get(rule.id)
         if named is None or name in named:
             return False
-        return f"{rule.id}|{name}" in self.instances or not bool(np.isfinite(col.values).all())
+        return f"{rule.id}|{name}" in self.instances or not col.all_finite()
 
     def _unchecked(self, rule: Rule, col: Column, cols: dict[str, Column]):
         """For each ``if_missing: degrade`` guard: (metric, where it had not been logged yet)."""
