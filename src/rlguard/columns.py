@@ -27,11 +27,24 @@ class Column:
     lines: np.ndarray  # int64 source lines
     quantum: float = 0.0
     _finite: bool | None = None  # every value finite (computed once, read by every rule)
+    _min_step: int | None = None  # the lowest step (computed once: rules' warm-up test)
+    _has_zero: bool | None = None  # a value is 0 (computed once: rules that ignore zeros)
 
     def all_finite(self) -> bool:
         if self._finite is None:
             self._finite = bool(np.isfinite(self.values).all())
         return self._finite
+
+    def min_step(self) -> int:
+        if self._min_step is None:
+            self._min_step = int(self.steps.min()) if len(self.steps) else MAX_STEP
+        return self._min_step
+
+    def has_zero(self) -> bool:
+        if self._has_zero is None:
+            self._has_zero = 0.0 in self.values.tolist() if len(self.values) <= 64 else \
+                bool((self.values == 0.0).any())
+        return self._has_zero
 
 
 @dataclass

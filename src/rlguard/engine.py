@@ -60,7 +60,7 @@ class RuleInstance:
         sel = None
         if not self.detector.wants_nonfinite and not col.all_finite():
             sel = np.isfinite(values)
-        if self.rule.ignore_zero:
+        if self.rule.ignore_zero and col.has_zero():  # no zero: every sample goes (no copies)
             sel = (values != 0.0) if sel is None else sel & (values != 0.0)
             if sel.all():
                 sel = None  # every sample goes to the detector: no copies (the common, fast case)
@@ -89,11 +89,11 @@ class RuleInstance:
         if r.min_samples > 1 and self.samples + 1 < r.min_samples:
             mute = self.samples + np.arange(1, n + 1) < r.min_samples
         self.samples += n
-        if r.warmup_steps:
+        if r.warmup_steps and col.min_step() < first_step + r.warmup_steps:  # else none is early
             early = col.steps < first_step + r.warmup_steps
             mute = early if mute is None else mute | early
         if callable(guard_ok):  # coincidence guards: asked only where the detector triggered
-            hit = np.flatnonzero(verdict == 1)
+            hit = np.flatnonzero(verdict == 1) if n > _SMALL or TRIGGERED in verdict.tolist() else ()
             if len(hit):
                 verdict, owned = (verdict if owned else verdict.copy()), True
                 verdict[hit[~guard_ok(hit)]] = FINE

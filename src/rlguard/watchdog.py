@@ -25,7 +25,7 @@ from .firing import BestTracker, degrade, make_alert, say_keep
 from .incidents import Incidents, in_incident
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
-from .stats import trailing_mean_se
+from .stats import sharing, trailing_mean_se
 from .vocab import Vocabulary
 
 STATE_VERSION = 2  # 2: the run's incidents (a version-1 state loads with none open)
@@ -102,9 +102,10 @@ class Watchdog:
         for name, col in cols.items():
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
         self._track_best(cols, pending)
-        for name, col in cols.items():
-            if name in self._watched or self._wild:
-                self._evaluate_metric(name, col, cols, pending, new_alerts)
+        with sharing():  # a statistic several rules read is computed once (rlguard.stats.shared)
+            for name, col in cols.items():
+                if name in self._watched or self._wild:
+                    self._evaluate_metric(name, col, cols, pending, new_alerts)
         if self._wild:
             self._finite_seen.update(n for n, c in cols.items()
                                      if n not in self._finite_seen and np.isfinite(c.values).any())
@@ -175,7 +176,7 @@ class Watchdog:
         named = self._wild.get(rule.id)
         if named is None or name in named:
             return False
-        return f"{rule.id}|{name}" in self.instances or not bool(np.isfinite(col.values).all())
+        return f"{rule.id}|{name}" in self.instances or not col.all_finite()
 
     def _unchecked(self, rule: Rule, col: Column, cols: dict[str, Column]):
         """For each ``if_missing: degrade`` guard: (metric, where it had not been logged yet)."""

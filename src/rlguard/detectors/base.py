@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..stats import (median_rows, robust_sigma_of_diffs, rolling_median, upper_median,  # noqa: F401 (re-exported)
                      windows)
+from ..stats import shared_rolling_median
 from ..numfmt import fmt  # noqa: F401 (re-exported: the detectors' messages use it)
 
 TRIGGERED, FINE, UNKNOWN = 1, 0, -1
@@ -122,9 +123,10 @@ def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) 
     positions of ``x`` (all positions by default); windows are partial at the very start.
 
     ``median`` is :func:`upper_median`, computed by :func:`rlguard.stats.rolling_median`
-    (the same numbers for a replayed log and an online update, without scipy)."""
+    (the same numbers for a replayed log and an online update, without scipy), computed once
+    per evaluation for the rules that ask for the same one (:mod:`rlguard.stats.shared`)."""
     if fn == "median":
-        return rolling_median(x, w, last)
+        return shared_rolling_median(x, w, last)
     n = len(x)
     last = n if last is None else min(last, n)
     out = np.empty(last)

@@ -14,6 +14,8 @@ quiet for ``half`` samples while it re-baselines.
 """
 from __future__ import annotations
 
+import math
+from itertools import accumulate
 from typing import Literal
 
 import numpy as np
@@ -57,7 +59,7 @@ class ChangePoint(Detector):
     def __init__(self, params) -> None:
         super().__init__(params)
         self.tail: list[float] = []
-        self.tail_steps: list[int] = []
+        self.tail_steps: np.ndarray | list[int] = []  # kept as an array between chunks
         self.seen = 0
         self.quiet_until = 0
         self.last_change_step = -1
@@ -68,12 +70,17 @@ class ChangePoint(Detector):
         hsteps = np.concatenate([np.asarray(self.tail_steps, dtype=np.int64), chunk.steps])
         n, off = len(chunk.values), len(hist) - len(chunk.values)
         z = self._screen(hist, off, chunk.quantum)  # NaN: too little history
-        verdict = np.where(np.isnan(z), UNKNOWN, 0).astype(np.int8)
         stat, ref = np.zeros(n), np.full(n, np.nan)
         ref_step = np.full(n, -1, dtype=np.int64)
         sign = {"up": 1, "down": -1, "both": 0}[p.direction]
-        trips = np.flatnonzero((np.abs(np.nan_to_num(z)) >= p.z) & ((sign == 0) | (np.sign(z) == sign)))
-        for j in trips.tolist():
+        if n == 1:  # a live run's record: the same tests on one float
+            z0 = float(z[0])
+            verdict = np.array([UNKNOWN if z0 != z0 else 0], dtype=np.int8)
+            trips = [0] if z0 == z0 and abs(z0) >= p.z and (sign == 0 or (z0 > 0) - (z0 < 0) == sign) else []
+        else:
+            verdict = np.where(np.isnan(z), UNKNOWN, 0).astype(np.int8)
+            trips = np.flatnonzero((np.abs(np.nan_to_num(z)) >= p.z) & ((sign == 0) | (np.sign(z) == sign))).tolist()
+        for j in trips:
             absolute = self.seen + j
             if absolute < self.quiet_until:
                 continue
@@ -86,13 +93,15 @@ class ChangePoint(Detector):
             self.quiet_until = absolute + p.half
         self.seen += n
         keep = p.window + 2 * p.half + (p.history + p.window if p.history else 0)
-        self.tail, self.tail_steps = keep_tail(hist, keep), hsteps[-keep:].tolist()
+        self.tail, self.tail_steps = keep_tail(hist, keep), hsteps[-keep:].copy()
         return Scan(verdict, stat, ref, ref_step)
 
     def _screen(self, hist: np.ndarray, off: int, quantum: float) -> np.ndarray:
         h, n = self.p.half, len(hist) - off
         cut = max(0, off - 2 * h)  # the sums below never reach further back than this
         hist, off = hist[cut:], off - cut
+        if n == 1:
+            return np.array([self._screen_one(hist.tolist(), off, quantum)])
         z = np.full(n, np.nan)
         k = off + np.arange(n)  # positions in hist
         ok = k + 1 >= 2 * h
@@ -113,6 +122,23 @@ class ChangePoint(Detector):
         zz[small] = 0.0
         z[ok] = zz
         return z
+
+    def _screen_one(self, hist: list[float], k: int, quantum: float) -> float:
+        """:meth:`_screen` of the one record at position ``k`` of ``hist`` (the values from the
+        same cut), in plain floats: the same sequential sums (``np.cumsum`` adds in order) and
+        the same operations, so the same double."""
+        h = self.p.half
+        if k + 1 < 2 * h:
+            return float("nan")
+        cs = [0.0, *accumulate(hist)]
+        ad = [0.0, *accumulate(abs(b - a) for a, b in zip([hist[0], *hist[:-1]], hist))]
+        after = (cs[k + 1] - cs[k + 1 - h]) / h
+        before = (cs[k + 1 - h] - cs[k + 1 - 2 * h]) / h
+        mad = (ad[k + 1 - h] - ad[k + 2 - 2 * h]) / max(h - 1, 1)
+        sigma = _nanmax(_nanmax(0.886 * mad, self.p.rel_floor * abs(before)), max(quantum, 1e-12))
+        if abs(after - before) < 0.5 * self.p.min_rel_shift * abs(before):
+            return 0.0
+        return (after - before) / (sigma * math.sqrt(2.0 / h))
 
     def _confirm(self, hist: np.ndarray, steps: np.ndarray, quantum: float):
         p = self.p
@@ -150,13 +176,20 @@ class ChangePoint(Detector):
                 f"{fmt(after)} ({stat * 100:+.0f}%), confirmed by ruptures (KernelCPD, linear kernel)")
 
     def state_dict(self):
-        return {"tail": tail_list(self.tail), "tail_steps": self.tail_steps, "seen": self.seen,
+        return {"tail": tail_list(self.tail), "tail_steps": tail_list(self.tail_steps), "seen": self.seen,
                 "quiet_until": self.quiet_until, "last_change_step": self.last_change_step}
 
     def load_state_dict(self, s):
         self.tail, self.tail_steps = list(s.get("tail", [])), list(s.get("tail_steps", []))
         self.seen, self.quiet_until = int(s.get("seen", 0)), int(s.get("quiet_until", 0))
         self.last_change_step = int(s.get("last_change_step", -1))
+
+
+def _nanmax(a: float, b: float) -> float:
+    """``np.maximum`` of two floats: NaN if either is NaN."""
+    if a != a or b != b:
+        return float("nan")
+    return b if b > a else a
 
 
 def _split(seg: np.ndarray, min_size: int) -> int:

@@ -47,6 +47,8 @@ class Streak(Detector):
         p = self.p
         hit = compare(chunk.values, chunk.quantum, p.above, p.below)
         n = len(hit)
+        if n == 1:
+            return self._scan_one(int(hit[0]))
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.zeros(n)
         judged = np.flatnonzero(hit != UNKNOWN)
@@ -66,6 +68,19 @@ class Streak(Detector):
         stat[judged], ref[judged] = k, rate
         self.k, self.n, self.hits = int(k[-1]), self.n + len(h), self.hits + int(h.sum())
         return Scan(verdict, stat, ref)
+
+    def _scan_one(self, hit: int) -> Scan:
+        """:meth:`scan` of a one-record chunk (a live run): the same counts in plain ints and the
+        same doubles (``np.log`` itself, on the one rate)."""
+        p = self.p
+        if hit == UNKNOWN:
+            return Scan(np.full(1, UNKNOWN, dtype=np.int8), np.zeros(1), np.zeros(1))
+        h = int(hit == 1)
+        k = (self.k + 1) * h
+        rate = (self.hits + h - k + p.prior_hits) / (self.n + 1 - k + p.prior_n)
+        trig = k >= p.min_streak and k * np.log(rate) <= np.log(p.alpha)
+        self.k, self.n, self.hits = k, self.n + 1, self.hits + h
+        return Scan(np.array([int(trig)], dtype=np.int8), np.array([float(k)]), np.array([rate]))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} = {fmt(value)}: {int(stat)} records in a row {self.p.words()}, where this run's own "

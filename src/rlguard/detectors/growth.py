@@ -50,6 +50,9 @@ class Growth(Rolling):
         keep = p.lag + max(p.baseline_window, p.long_window or 0) + p.window + p.refresh
         hist, level, first = self._levels(chunk, keep)
         n = len(level)
+        c = self._block
+        if n == 1 and c is not None and first - first % p.refresh == c[0]:
+            return self._scan_one(hist, level, first, chunk.quantum, c)
         off = len(hist) - n  # index in hist of the first new sample
         absolute = first + np.arange(n)
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
@@ -68,6 +71,24 @@ class Growth(Rolling):
         if fine is not None:
             verdict[fine] = 0  # screened: a positive baseline no sample of it could exceed enough
         return Scan(verdict, ratio, base, level=level)
+
+    def _scan_one(self, hist: np.ndarray, level: np.ndarray, first: int, quantum: float, block: tuple) -> Scan:
+        """:meth:`scan` of a one-record chunk inside the block whose baseline is kept (a live
+        run), in plain floats: the same operations on the same doubles."""
+        p = self.p
+        _, base, top = block
+        lower = float(level[0]) - quantum / 2.0
+        ratio = lower / base if base > 0 else np.nan
+        trig = ratio >= p.min_factor and lower > p.min_value
+        if p.over_baseline_max is not None:
+            trig = trig and lower >= p.over_baseline_max * top
+        if trig and p.long_window is not None:
+            end = first - first % p.refresh - first + len(hist) - 1 - p.lag
+            usual = upper_median(hist[max(0, end - p.long_window): max(end, 1)])
+            trig = lower >= p.min_factor * usual
+        verdict = int(trig) if ratio == ratio and abs(ratio) != np.inf else UNKNOWN
+        return Scan(np.array([verdict], dtype=np.int8), np.array([ratio], dtype=float),
+                    np.array([base], dtype=float), level=level)
 
     def _baseline(self, hist: np.ndarray, block: np.ndarray, end: np.ndarray,
                   lower: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

@@ -62,6 +62,9 @@ class Spike(Detector):
         p = self.p
         hist = extend_tail(self.tail, chunk.values)
         n, off = len(chunk.values), len(hist) - len(chunk.values)
+        c = self._block
+        if n == 1 and c is not None and self.seen - self.seen % p.refresh == c[0]:
+            return self._scan_one(hist, chunk, c)
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
@@ -95,6 +98,37 @@ class Spike(Detector):
         self.seen += n
         self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
         return Scan(verdict, z, med)
+
+    def _scan_one(self, hist: np.ndarray, chunk: Chunk, block: tuple) -> Scan:
+        """:meth:`scan` of a one-record chunk inside the block whose baseline is kept (four
+        records in five of a live run), in plain floats: the same operations on the same
+        doubles (NaN propagating as numpy's maximum does), without numpy's per-call cost."""
+        p = self.p
+        v = float(chunk.values[0])
+        start, med, mad, top, sd = block
+        ok = min(start, p.window) >= p.min_history
+        spread = MAD_TO_SIGMA * mad
+        if p.surrogate == "deciles":
+            low = v if v < self.low else self.low
+            spread = _nanmax(spread, sd) if low < 0 else spread
+            self.low = low
+        scale = _nanmax(_nanmax(spread, p.rel_floor * abs(med)), max(chunk.quantum, 1e-12))
+        z = (v - med) / scale
+        trig = z >= p.z if p.direction == "up" else -z >= p.z if p.direction == "down" else abs(z) >= p.z
+        if p.min_ratio is not None:
+            trig = trig and v >= p.min_ratio * abs(med)
+            if trig and p.long_window is not None:
+                local = start - self.seen + len(hist) - 1
+                usual = np.median(hist[max(0, local - p.long_window): max(local, 1)])
+                trig = v >= p.min_ratio * abs(float(usual))
+        if p.min_abs_delta:
+            trig = trig and abs(v - med) >= p.min_abs_delta
+        if p.over_max is not None:
+            trig = trig and v >= p.over_max * top
+        self.seen += 1
+        self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
+        return Scan(np.array([int(trig) if ok else UNKNOWN], dtype=np.int8), np.array([z], dtype=float),
+                    np.array([med], dtype=float))
 
     def _baseline(self, hist, start, local, have, values, quantum):
         """Median, MAD, max and decile spread of the window before each sample's block. A
@@ -174,6 +208,13 @@ class Spike(Detector):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
         self.low = np.inf if s.get("low") is None else float(s["low"])
         self._block = None
+
+
+def _nanmax(a: float, b: float) -> float:
+    """``np.maximum`` of two floats: NaN if either is NaN."""
+    if a != a or b != b:
+        return float("nan")
+    return b if b > a else a
 
 
 def _deciles(view: np.ndarray) -> np.ndarray:

@@ -67,37 +67,54 @@ class StepDown(Rolling):
         keep = p.window + p.gap + p.ref_window - 1 + (p.history + p.window + p.gap + p.ref_window if p.history else 0)
         hist, level, first = self._levels(chunk, keep)
         n, off = len(level), len(hist) - len(level)
-        verdict = np.full(n, UNKNOWN, dtype=np.int8)
-        stat, ref = np.zeros(n), np.full(n, np.nan)
         back = p.window + p.gap  # the reference ends this many samples back
         span = back + p.ref_window
+        if n == 1:  # a live run's record: the same tests on plain floats
+            e = len(hist)
+            if e < span:
+                return Scan(np.array([UNKNOWN], dtype=np.int8), np.zeros(1), np.full(1, np.nan), level=level)
+            before = float(rolling(hist[: e - back], p.ref_window, "median", last=1)[0])
+            lv = float(level[0])
+            trig = before > 0 and lv <= p.max_ratio * before and self._beyond_noise(hist, e, before, lv, chunk.quantum)
+            return Scan(np.array([int(trig)], dtype=np.int8), np.array([lv / before if before > 0 else np.nan]),
+                        np.array([before]), level=level)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        stat, ref = np.zeros(n), np.full(n, np.nan)
         end = off + np.arange(n) + 1  # the samples up to and including this one: hist[:end]
         ok = end >= span
         if ok.any():
             e = end[ok]
             # the reference window ends where the level's window starts: a rolling median of
-            # the history, read ``window + gap`` samples back (the upper median, as everywhere)
-            med = rolling(hist[: e[-1] - back], p.ref_window, "median")
-            before = med[e - back - 1]
+            # the history, read ``window + gap`` samples back (the upper median, as everywhere;
+            # only at the positions read: a live run's one-record chunk needs one window)
+            med = rolling(hist[: e[-1] - back], p.ref_window, "median", last=int(e[-1] - e[0]) + 1)
+            before = med[e - e[0]]
             lv = level[ok]
             trig = (before > 0) & (lv <= p.max_ratio * before)
             for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
-                w = hist[e[i] - span: e[i] - back]
-                spread = float(np.std(w)) if p.noise == "std" else mad_sigma(w, before[i])
-                sigma = spread / np.sqrt(p.window)
-                if p.history:
-                    past = self._past_sigma(hist, e[i] - span)
-                    sigma = sigma if np.isnan(past) else max(sigma, past)
-                    if np.isnan(past) and p.young_new_low and e[i] - span >= p.window:
-                        earlier = rolling(hist[: e[i] - span], p.window, "median")[p.window - 1:]
-                        if lv[i] >= float(earlier.min()):
-                            trig[i] = False
-                            continue
-                trig[i] = before[i] - lv[i] >= p.min_sigmas * max(sigma, chunk.quantum, 1e-12)
+                trig[i] = self._beyond_noise(hist, int(e[i]), before[i], lv[i], chunk.quantum)
             verdict[ok] = trig
             stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
             ref[ok] = before
         return Scan(verdict, stat, ref, level=level)
+
+    def _beyond_noise(self, hist: np.ndarray, e: int, before: float, lv: float, quantum: float) -> bool:
+        """Whether the fall from ``before`` to ``lv`` (the level ending at ``hist[e - 1]``) is
+        ``min_sigmas`` noise units (and, with ``history``, beyond the run's own past falls)."""
+        p = self.p
+        back = p.window + p.gap
+        span = back + p.ref_window
+        w = hist[e - span: e - back]
+        spread = float(np.std(w)) if p.noise == "std" else mad_sigma(w, before)
+        sigma = spread / np.sqrt(p.window)
+        if p.history:
+            past = self._past_sigma(hist, e - span)
+            sigma = sigma if np.isnan(past) else max(sigma, past)
+            if np.isnan(past) and p.young_new_low and e - span >= p.window:
+                earlier = rolling(hist[: e - span], p.window, "median")[p.window - 1:]
+                if lv >= float(earlier.min()):
+                    return False
+        return bool(before - lv >= p.min_sigmas * max(sigma, quantum, 1e-12))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         what = metric if self.p.window == 1 else f"{metric} (median of last {self.p.window})"

@@ -10,6 +10,8 @@ better. Detectors read these; the thresholds and decisions stay in ``rlguard.det
   evaluation's noise, and the spread of past two-segment shifts.
 - :mod:`.split`: the l2-optimal single split of a segment (what ruptures' KernelCPD gives).
 - :mod:`.running`: running peak / best with its position, EWMA and EW variance, streaks.
+- :mod:`.shared`: one evaluation's statistics, computed once and read by every rule that asks
+  for the same one (keyed by the exact input, so sharing changes no number).
 
 Why not River (``river.stats.RollingQuantile``, ``river.stats.EWMean``/``EWVar``): its
 statistics are one object per value stream updated in Python, with no vectorised form, so a
@@ -23,10 +25,12 @@ from .order import (RollingMedian, median_rows, rolling_median, sorted_unique, u
 from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
                      past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se)
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
+from .shared import shared_rolling_median, sharing
 from .split import best_split_l2
 
 __all__ = ["RollingMedian", "median_rows", "rolling_median", "sorted_unique", "upper_median", "upper_median_rows",
            "window_max", "windows",
            "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
            "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",
-           "trailing_mean_se", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks"]
+           "trailing_mean_se", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks",
+           "shared_rolling_median", "sharing"]

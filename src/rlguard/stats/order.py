@@ -15,6 +15,7 @@ real sample, so every exact method returns the same number, bit for bit.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
 from functools import lru_cache
 
@@ -132,6 +133,10 @@ def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray
     x = np.asarray(x, dtype=float)
     n = len(x)
     last = n if last is None else min(last, n)
+    if last <= SMALL_LAST and w <= SMALL_W:
+        got = _rolling_median_small(x, w, last)
+        if got is not None:
+            return got
     out = np.empty(last)
     start = n - last
     j = 0
@@ -142,6 +147,28 @@ def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray
         lo = start + j - w + 1
         out[j:] = upper_median_rows(windows(x[lo:], w))
     return out
+
+
+#: a live run's chunk: up to this many positions, windows up to this wide, are sorted as plain
+#: lists (numpy's per-call cost, a few microseconds, is most of the work on a few windows)
+SMALL_LAST, SMALL_W = 8, 64
+
+
+def _rolling_median_small(x: np.ndarray, w: int, last: int) -> np.ndarray | None:
+    """:func:`rolling_median` of a few positions by sorting each window as a list: the value of
+    rank ``len // 2``, the very sample a partition picks. None (use numpy) where a NaN or a
+    negative zero is in reach: numpy orders NaN last and may pick either zero of a tie."""
+    n = len(x)
+    seg = x[max(0, n - last - w + 1):].tolist()
+    for v in seg:
+        if v != v or (v == 0.0 and math.copysign(1.0, v) < 0):
+            return None
+    off = len(seg) - last  # position in seg of the first wanted window's end
+    out = []
+    for j in range(off, len(seg)):
+        win = sorted(seg[max(0, j - w + 1): j + 1])
+        out.append(win[len(win) // 2])
+    return np.array(out, dtype=float)
 
 
 class RollingMedian:
