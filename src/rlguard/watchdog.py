@@ -245,10 +245,6 @@ class Watchdog:
         """The (canonical) metrics the rules watch."""
         return frozenset(self._watched)
 
-    def unsettled(self) -> bool:
-        """Some rule instance is pending (a streak of triggered samples) or firing."""
-        return any(i.run or i.firing for i in self.instances.values())
-
     def latest(self, watched_only: bool = True) -> dict[str, tuple[float, int]]:
         """Latest value and step of each metric seen (canonical names), watched ones by default."""
         if not watched_only:

@@ -6,7 +6,7 @@ instances is ~11 ms whether it holds 1 record or 60), so a daemon that evaluates
 screen lets a quiet run's records wait up to ``quiet_interval`` and be judged in one chunk.
 
 A run is quiet when, for the records waiting:
-- no rule of its watchdog is pending or firing (:meth:`Watchdog.unsettled`): a rule that has
+- no rule instance of its watchdog is pending (a streak of triggered samples) or firing: a rule that has
   begun to see a problem is evaluated at the usual cadence until it resolves;
 - every value is finite and every key was logged before: a NaN, or a metric new to the run (an
   evaluation, a summary), is judged now;

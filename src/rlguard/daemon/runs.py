@@ -165,7 +165,7 @@ class RunMonitor:
         before = len(self.watchdog.alerts)
         decisions = self.watchdog.ingest(records)
         self.evaluations += 1
-        self._unsettled = self.watchdog.unsettled()
+        self._unsettled = any(i.run or i.firing for i in self.watchdog.instances.values())  # pending or firing
         self.screen.judged(records, self._watched)
         alerts = self.watchdog.alerts[before:]
         if len(self.watchdog.alerts) > 2 * KEEP_ALERTS:  # a run that flaps for weeks: memory stays bounded
