@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rlguard.daemon.quiet import QuietScreen  # noqa: E402
+from rlguard.daemon.quiet import QuietScreen, watched_keys  # noqa: E402
 from rlguard.sources import detect_format, open_reader  # noqa: E402
 from rlguard.sources.base import LogRecord  # noqa: E402
 from rlguard.watchdog import Watchdog  # noqa: E402
@@ -34,13 +34,7 @@ def replay(recs: list, per_tick: int, warm: int) -> tuple[int, int, collections.
     """(ticks, ticks judged early, reasons) for one run's records."""
     wd = Watchdog()
     wd.ingest(recs[:warm])
-
-    def watched(key: str) -> bool:
-        try:
-            return wd.naming.name(key) in wd.watched()
-        except KeyError:
-            return True
-
+    watched = watched_keys(wd)
     screen, ticks, early, why = QuietScreen(), 0, 0, collections.Counter()
     screen.judged(recs[:warm], watched)
     for i in range(warm, len(recs), per_tick):

@@ -93,3 +93,20 @@ class QuietScreen:
                 if not band[0] <= value <= band[1]:
                     return f"{key}: {value:g} at step {rec.step} outside [{band[0]:g}, {band[1]:g}]"
         return None
+
+
+def watched_keys(watchdog) -> Callable[[str], bool]:
+    """``watched(raw)``: is this logged key one ``watchdog``'s rules watch (under its canonical
+    name)? Cached per key; a key the watchdog has not named yet counts as watched (it is judged
+    now, as a new metric)."""
+    known: dict[str, bool] = {}
+
+    def watched(raw: str) -> bool:
+        hit = known.get(raw)
+        if hit is None:
+            try:
+                hit = known[raw] = watchdog.naming.name(raw) in watchdog.watched()
+            except KeyError:
+                return True
+        return hit
+    return watched

@@ -18,7 +18,7 @@ from ..sources.layout import Found, follow_target, log_kind, run_name
 from . import stops
 from .. import incarnation
 from .builtin import STALL, STOP_IGNORED, STOPPED
-from .quiet import QuietScreen
+from .quiet import QuietScreen, watched_keys
 from .tail import SETTLE, FileTail
 
 KEEP_ALERTS = 1000
@@ -98,7 +98,7 @@ class RunMonitor:
         self.pending: list = []  # records read but not yet evaluated
         self.last_eval = 0.0
         self.screen = QuietScreen()  # may a quiet run's records wait (see .quiet)
-        self._watched_raw: dict[str, bool] = {}
+        self._watched = watched_keys(self.watchdog)  # raw key -> do the rules watch it
         self._quiet_upto = 0  # pending[:_quiet_upto] were screened quiet already
         self.evaluations = 0  # chunks handed to the watchdog
         self._unsettled = True  # a rule pending or firing after the last evaluation (none yet: assume so)
@@ -193,16 +193,6 @@ class RunMonitor:
         self._quiet_upto = len(self.pending)  # the bands change only when records are judged
         return True
 
-    def _watched(self, raw: str) -> bool:
-        """Is this logged key one the rules watch (under its canonical name)?"""
-        hit = self._watched_raw.get(raw)
-        if hit is None:
-            try:
-                hit = self._watched_raw[raw] = self.watchdog.naming.name(raw) in self.watchdog.watched()
-            except KeyError:  # not yet named: judged now, as a new metric
-                return True
-        return hit
-
     def _new_start(self, events: list[str]) -> None:
         """A relaunch or a resume in this directory is a new run: its records are judged by a
         fresh watchdog, never together with the history of the run before it."""
@@ -220,7 +210,7 @@ class RunMonitor:
         if self.info.incarnation is not None:
             self.watchdog = Watchdog(packs=self.packs, run=self.run)
             self.pending, self._quiet_upto = [], 0
-            self.screen, self._watched_raw, self._unsettled = QuietScreen(), {}, True
+            self.screen, self._watched, self._unsettled = QuietScreen(), watched_keys(self.watchdog), True
             events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
         self.info.incarnation = inc["id"]
         self.changed = True
