@@ -27,9 +27,18 @@ class StreamFilter:
 
     def __init__(self) -> None:
         self.held: list[LogRecord] = []
+        self._last: LogRecord | None = None  # the last record seen, not yet fingerprinted
+
+    def settle(self, st: TailState) -> None:
+        """Write ``st.last``, the fingerprint of the last record seen. A live poll only keeps
+        the record (a fingerprint is a sorted repr and a hash, about 20 us): it is computed
+        when something reads it, i.e. when the state is saved or a re-read compares with it."""
+        if self._last is not None:
+            st.last, self._last = fingerprint(self._last), None
 
     def deliver(self, st: TailState, records: list[LogRecord], out: Poll, done: bool) -> list[LogRecord]:
         if st.reread:
+            self.settle(st)
             if records and st.mode is None:
                 self._classify(st, records[0], out)
             kept = self._filter(st, records) if records else []
@@ -45,7 +54,7 @@ class StreamFilter:
                 if st.first is None:
                     st.first, st.first_step = fingerprint(records[0]), records[0].step
                 st.count += len(records)
-                st.last = fingerprint(records[-1])
+                self._last = records[-1]  # st.last, once settled
         if st.resume_floor is not None and kept:
             # a resumed run does steps again: judged from the first step after the last one
             # judged; once past it, its steps are taken as they come
