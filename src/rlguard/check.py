@@ -8,6 +8,8 @@ from contextlib import contextmanager
 from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
+from .sources.block import RecordBlock
+from .sources.jsonl import JsonlReader
 from .sources.rundir import choose_log
 from .verdict import decision_record
 from .watchdog import Watchdog
@@ -77,9 +79,10 @@ def _check_baselines(baselines: dict[str, float], wd: Watchdog) -> None:
 def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run):
     n, first, last = 0, None, None
     seen: set[int] = set()
-    for buf in reader.batches(path, chunk):
+    columnar = {"columnar": True} if type(reader) is JsonlReader else {}
+    for buf in reader.batches(path, chunk, **columnar):
         n += len(buf)
-        steps = [r.step for r in buf]
+        steps = buf.steps.tolist() if isinstance(buf, RecordBlock) else [r.step for r in buf]
         seen.update(steps)
         lo, hi = min(steps), max(steps)  # a resumed log goes back
         first = lo if first is None else min(first, lo)

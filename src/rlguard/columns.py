@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .sources.base import MAX_STEP, NULL_BITS, LogRecord
+from .sources.block import RecordBlock
 from .vocab import Vocabulary
 
 
@@ -115,18 +116,24 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
     """Columns of the chunk, keyed by output name (canonical where known, else raw).
 
     Records are grouped by key set; a group whose keys include a summary marker is skipped,
-    and a record equal to the one before it (same step, same metrics) is dropped.
+    and a record equal to the one before it (same step, same metrics) is dropped. A
+    :class:`~rlguard.sources.block.RecordBlock` (one key set, columns already) skips the
+    regrouping.
     """
     n = len(records)
-    try:
-        steps_all = np.fromiter(map(_STEP, records), dtype=np.int64, count=n)
-    except (OverflowError, TypeError):  # a step no reader should have let through: clamp it
-        steps_all = np.array([min(max(int(r.step), 0), MAX_STEP) if isinstance(r.step, int) else 0
-                              for r in records], dtype=np.int64)
+    block = records if isinstance(records, RecordBlock) else None  # already columns
+    if block is not None:
+        steps_all = block.steps
+    else:
+        try:
+            steps_all = np.fromiter(map(_STEP, records), dtype=np.int64, count=n)
+        except (OverflowError, TypeError):  # a step no reader should have let through: clamp it
+            steps_all = np.array([min(max(int(r.step), 0), MAX_STEP) if isinstance(r.step, int) else 0
+                                  for r in records], dtype=np.int64)
     drop = _duplicates(records, steps_all, prev)
     keys: set[str] = set()
-    groups = _group_by_keys(records)
-    quanta = _quanta(records)
+    groups = {block.keys: list(range(n))} if block is not None else _group_by_keys(records)
+    quanta = _quanta(records) if block is None else {}
     out = Chunked({}, duplicates=len(drop))
     for kt in list(groups):
         if not kt or (summary_markers and not summary_markers.isdisjoint(kt)):
@@ -145,9 +152,12 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
         if not idxs:
             continue
         last_index = max(last_index, idxs[-1])
-        rows = records if len(idxs) == n else map(records.__getitem__, idxs)
-        flat = chain.from_iterable(map(dict.values, map(_METRICS, rows)))
-        mat = np.fromiter(flat, dtype=float, count=len(idxs) * len(kt)).reshape(len(idxs), len(kt))
+        if block is not None:
+            mat = block.matrix if len(idxs) == n else block.matrix[idxs]
+        else:
+            rows = records if len(idxs) == n else map(records.__getitem__, idxs)
+            flat = chain.from_iterable(map(dict.values, map(_METRICS, rows)))
+            mat = np.fromiter(flat, dtype=float, count=len(idxs) * len(kt)).reshape(len(idxs), len(kt))
         idx = np.asarray(idxs, dtype=np.int64)
         by_name: dict[str, list[int]] = defaultdict(list)
         for c, raw in enumerate(kt):
@@ -159,7 +169,7 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
         for name, cols in by_name.items():
             vals = mat[:, cols[0]] if len(cols) == 1 else mat[:, cols].mean(axis=1)
             parts[name].append((idx, vals))
-    lines_all = np.fromiter(map(_LINE, records), dtype=np.int64, count=n)
+    lines_all = block.lines if block is not None else np.fromiter(map(_LINE, records), dtype=np.int64, count=n)
     for name, plist in parts.items():
         if len(plist) == 1:
             idx, vals = plist[0]
@@ -259,8 +269,8 @@ class Recent:
     keep: int = 64
 
     def extend(self, col: Column) -> None:
-        self.seq = (self.seq + col.seq.tolist())[-self.keep:]
-        self.values = (self.values + col.values.tolist())[-self.keep:]
+        self.seq = (self.seq + col.seq[-self.keep:].tolist())[-self.keep:]
+        self.values = (self.values + col.values[-self.keep:].tolist())[-self.keep:]
         finite = col.values[np.isfinite(col.values)]
         if len(finite):
             self.max_seen = max(self.max_seen, float(finite.max()))

@@ -25,6 +25,7 @@ from .firing import BestTracker, degrade, make_alert, say_keep
 from .incidents import Incidents, in_incident
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
+from .sources.block import RecordBlock
 from .stats import sharing, trailing_mean_se
 from .vocab import Vocabulary
 
@@ -82,7 +83,7 @@ class Watchdog:
 
     def ingest(self, records: Iterable[LogRecord]) -> list[Decision]:
         """Feed a chunk of records in arrival order; return the decisions, in order."""
-        recs = records if isinstance(records, list) else list(records)
+        recs = records if isinstance(records, (list, RecordBlock)) else list(records)
         if not recs:
             return []
         chunk = columnize(recs, self.naming, self.seq, self._prev, self.vocab.summary_markers,

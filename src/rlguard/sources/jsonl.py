@@ -23,9 +23,11 @@ rejects (NaN tokens, invalid UTF-8, BOM) and is the fallback when orjson is abse
 from __future__ import annotations
 
 import json
-from typing import IO, Any, Callable, Iterator
+from itertools import islice
+from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from .base import MAX_STEP, NULL_NAN, LogRecord, ReadStats, Reader
+from .block import block_of
 from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, note_bad, open_binary, reading, short, to_step,
                       too_deep)
 from ..errors import LogFormatError
@@ -120,28 +122,60 @@ class JsonlReader(Reader):
         for batch in self.batches(path):
             yield from batch
 
-    def batches(self, path: str, size: int = 50_000) -> Iterator[list[LogRecord]]:
-        """Lists of records, built without a generator step per line (the hot path)."""
+    def batches(self, path: str, size: int = 50_000, columnar: bool = False) -> Iterator[Sequence[LogRecord]]:
+        """Lists of records, built without a generator step per line (the hot path).
+        ``columnar``: a stretch of ``size`` uniform lines comes as one
+        :class:`~.block.RecordBlock` (columns; the same records), as ``rlguard check`` reads."""
         self.stats = stats = ReadStats()
         with open_binary(path) as f, reading(path, stats):
-            yield from _scan(f, stats, size)
+            yield from (_scan_blocks(f, stats, size) if columnar else _scan(f, stats, size))
         if stats.records == 0 and stats.bad_lines:
             raise no_record_error(path, stats, "a JSON object")
 
 
-def _scan(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[list[LogRecord]]:
-    """The hot loop: one parse per line, one C-level type check of the values.
+def _scan_blocks(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[Sequence[LogRecord]]:
+    """:func:`_scan` by stretches of ``size`` lines: a uniform stretch becomes one
+    :class:`~.block.RecordBlock` (one parse per line, no record built), any other goes
+    through :func:`_scan` line by line. The records, counts and errors are the same."""
+    fill, lineno, lines = StepFill(), 0, iter(f)  # one iterator: each iter(f) buffers afresh
+    while True:
+        raws: list[bytes] = []
+        failed = None
+        try:
+            raws.extend(islice(lines, size))  # (what was read before a cut-off stays in raws)
+        except Exception as exc:  # a cut-off stream: the lines read first are still records
+            failed = exc
+        if not raws and failed is None:
+            return
+        block = block_of(raws, lineno + 1, fast_loads) if failed is None else None
+        if block is not None:
+            fill(int(block.steps[-1]))
+            lineno += len(raws)
+            stats.lines, stats.records = lineno, stats.records + len(block)
+            yield block
+        else:
+            yield from _scan(iter(raws), stats, size, fill, lineno)
+            lineno += len(raws)
+            stats.lines = lineno
+        if failed is not None:
+            raise failed
+
+
+def _scan(f: Iterable[bytes], stats: ReadStats, size: int, fill: StepFill | None = None,
+          start: int = 0) -> Iterator[list[LogRecord]]:
+    """The hot loop: one parse per line, one C-level type check of the values. ``fill`` and
+    ``start`` (lines before ``f``) carry on from an earlier stretch (:func:`_scan_blocks`).
 
     The parsed dict itself becomes ``metrics`` (after popping the step key) when all its
     values are floats; only records with other value types go through :func:`clean`.
     """
     loads, step_keys, float_only, record = fast_loads, STEP_KEYS, _FLOAT_ONLY, LogRecord
-    lineno = nrec = 0
-    fill = StepFill()
+    lineno, nrec, nrec0 = start, 0, stats.records
+    fill = fill or StepFill()
     batch: list[LogRecord] = []
     append = batch.append
     try:
-        for lineno, raw in enumerate(f, 1):  # noqa: B007 - lineno used in finally
+        for lineno, raw in enumerate(f, start + 1):  # noqa: B007 - lineno used in finally
             if raw == b"\n":  # a blank line, without a failed parse (a newline bomb has millions)
                 stats.skipped_lines += 1
                 continue
@@ -170,15 +204,15 @@ def _scan(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[list[LogRecord]
     except Exception:  # a cut-off stream: hand over what was read, then let reading() judge
         if batch:
             nrec += len(batch)
-            stats.lines, stats.records = lineno, nrec
+            stats.lines, stats.records = lineno, nrec0 + nrec
             yield batch
             batch = []
         raise
     finally:
-        stats.lines, stats.records = lineno, nrec
+        stats.lines, stats.records = lineno, nrec0 + nrec
     if batch:
         nrec += len(batch)
-        stats.lines, stats.records = lineno, nrec
+        stats.lines, stats.records = lineno, nrec0 + nrec
         yield batch
 
 
