@@ -22,6 +22,11 @@ command: 1 process on 2,500 runs, same settings, same per-run fault rate. Report
 time, and the fleet/baseline ratios (4.0 for CPU and RSS would be perfectly linear).
 
     python bench/fleet_load.py [--runs 10000] [--shards 4] [--seconds 120] [--interval 10]
+                               [--baseline-runs N] [--baseline-shards N]
+
+One daemon on the whole fleet, 4 shards for comparison (issue 23), in one command:
+
+    python bench/fleet_load.py --runs 10000 --shards 1 --baseline-runs 10000 --baseline-shards 4
 
 Disk: about 6 KB per run plus the daemons' state (tens of MB); everything in a temporary
 directory that is removed at the end.
@@ -322,9 +327,12 @@ def report(fleet: dict, base: dict) -> None:
         print(f"| {name} | {fv} | {bv} | {r} |")
 
     print()
-    print(f"| | {fleet['shards']} shards, {fleet['runs']:,} runs | 1 daemon, {base['runs']:,} runs | ratio |")
+    def who(d):
+        return f"{d['shards']} {'daemon' if d['shards'] == 1 else 'shards'}, {d['runs']:,} runs"
+
+    print(f"| | {who(fleet)} | {who(base)} | ratio |")
     print("|---|---|---|---|")
-    row("runs per daemon", fleet["runs"] / fleet["shards"], base["runs"], "{:,.0f}")
+    row("runs per daemon", fleet["runs"] / fleet["shards"], base["runs"] / base["shards"], "{:,.0f}")
     row("CPU, % of one core (all daemons)", 100 * fleet["cpu"], 100 * base["cpu"])
     row("CPU per daemon, % (max)", 100 * max(fleet["cpu_each"]), 100 * max(base["cpu_each"]))
     row("RSS, MB (all daemons)", fleet["rss"], base["rss"], "{:.0f}")
@@ -354,6 +362,8 @@ def main(argv=None) -> int:
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between two steps of a run")
     ap.add_argument("--faults", type=float, default=0.01, help="share of the runs that go bad in the window")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--baseline-runs", type=int, help="runs of the comparison phase (default: --runs / --shards)")
+    ap.add_argument("--baseline-shards", type=int, default=1, help="daemons of the comparison phase (default 1)")
     ap.add_argument("--settings", default=FLEET_SETTINGS,
                     help=f"daemon config for both (YAML, flow style; default: {FLEET_SETTINGS})")
     args = ap.parse_args(argv)
@@ -361,8 +371,8 @@ def main(argv=None) -> int:
           flush=True)
     fleet = phase("fleet", args.runs, args.shards, args.seconds, args.interval, args.faults, args.seed,
                   args.settings)
-    base = phase("baseline", args.runs // args.shards, 1, args.seconds, args.interval, args.faults, args.seed + 1,
-                 args.settings)
+    base = phase("baseline", args.baseline_runs or args.runs // args.shards, args.baseline_shards, args.seconds,
+                 args.interval, args.faults, args.seed + 1, args.settings)
     report(fleet, base)
     return 0 if fleet["detected"] == fleet["faults"] and base["detected"] == base["faults"] else 1
 
