@@ -16,14 +16,23 @@ import numpy as np
 
 MIN_LEN = 16
 _TAG = "f64"
+_FLOAT = {float}
+
+
+_CONTAINERS = (dict, list)
 
 
 def pack(obj: Any) -> Any:
+    """``obj`` with its long all-float lists packed. What holds nothing to pack (a list of
+    scalars) is returned as it is, not copied: the result is for ``json.dumps`` at once."""
     if isinstance(obj, dict):
         return {k: pack(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        if len(obj) >= MIN_LEN and all(type(x) is float for x in obj):
+        types = set(map(type, obj))  # one C-level pass, not a Python call per item
+        if len(obj) >= MIN_LEN and types == _FLOAT:
             return {_TAG: base64.b64encode(np.asarray(obj, dtype="<f8").tobytes()).decode("ascii")}
+        if not any(issubclass(t, _CONTAINERS) for t in types):
+            return obj
         return [pack(v) for v in obj]
     return obj
 

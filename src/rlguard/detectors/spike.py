@@ -169,11 +169,15 @@ class Spike(Detector):
                 us[full] = _deciles(view)
                 sd = us[inv]
         partial = local - p.window < 0
+        done: dict[int, tuple[float, float, float, float]] = {}  # a block's samples share its window
         for j in np.flatnonzero((have >= p.min_history) & partial):
-            w = hist[max(0, local[j] - p.window): local[j]]  # partial windows at the start
-            med[j], mad[j] = median_mad(w)
-            top[j] = w.max()
-            sd[j] = _deciles(w[None, :])[0]
+            u = int(local[j])
+            got = done.get(u)
+            if got is None:
+                w = hist[max(0, u - p.window): u]  # partial windows at the start
+                got = done[u] = (*median_mad(w), float(w.max()),
+                                 float(_deciles(w[None, :])[0]) if p.surrogate == "deciles" else 0.0)
+            med[j], mad[j], top[j], sd[j] = got
         if n:
             self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), float(sd[-1]))
         return med, mad, top, sd
