@@ -25,8 +25,8 @@ _CONTAINERS = (dict, list)
 def pack(obj: Any) -> Any:
     """``obj`` with its long all-float lists packed. What holds nothing to pack (a list of
     scalars) is returned as it is, not copied: the result is for ``json.dumps`` at once."""
-    if isinstance(obj, dict):
-        return {k: pack(v) for k, v in obj.items()}
+    if isinstance(obj, dict):  # (scalars are kept without a call: most of a state's values)
+        return {k: pack(v) if isinstance(v, _CONTAINERS) else v for k, v in obj.items()}
     if isinstance(obj, list):
         types = set(map(type, obj))  # one C-level pass, not a Python call per item
         if len(obj) >= MIN_LEN and types == _FLOAT:

@@ -54,13 +54,14 @@ class QuietScreen:
     def judged(self, records: list, watched: Callable[[str], bool]) -> None:
         """Records the watchdog has just judged: their values enter the bands."""
         keys: set[str] = set()
-        for rec in records:
-            keys.update(rec.metrics)
+        metrics = [rec.metrics for rec in records]
+        for m in metrics:
+            keys.update(m)
         self._seen.update(keys)
         for key in keys:
             if not watched(key):
                 continue
-            values = [v for v in (rec.metrics.get(key) for rec in records) if v is not None and _finite(v)]
+            values = list(filter(_finite, [m[key] for m in metrics if key in m]))  # (no None: absent)
             if not values:
                 continue
             ring = self._recent.get(key)

@@ -200,7 +200,7 @@ class RunMonitor:
         fresh watchdog, never together with the history of the run before it."""
         if not self.found.run_dir:
             return
-        sig = incarnation.signature(self.run_dir)
+        sig = incarnation.signature(self.found.run_dir)  # (a str: no Path built per poll)
         if sig is None or sig == self._inc_sig:  # one stat a poll; read only when it changed
             return
         inc = incarnation.current(self.run_dir)
