@@ -65,3 +65,27 @@ def test_a_watchdog_restored_from_the_store_decides_as_one_never_stopped(tmp_pat
     second.load_state_dict(loaded)
     got += [(d.step, d.reason) for i in range(140, 300, 10) for d in second.ingest(recs[i:i + 10])]
     assert got == whole
+
+
+def test_nested_containers_are_packed_at_any_depth():
+    tail = [0.5 + i for i in range(MIN_LEN)]
+    state = {"x": [[tail, 1, "s"], {"deep": {"tail": tail, "n": None}}], "plain": 3.0, "ok": True}
+    packed = pack(state)
+    assert isinstance(packed["x"][0][0], dict) and isinstance(packed["x"][1]["deep"]["tail"], dict)
+    assert packed["x"][0][1:] == [1, "s"] and packed["plain"] == 3.0 and packed["ok"] is True
+    assert unpack(json.loads(json.dumps(packed))) == state
+
+
+def test_run_info_copy_is_asdict_and_independent():
+    from dataclasses import asdict
+
+    from rlguard.daemon.runs import RunInfo, info_dict
+
+    info = RunInfo(latest={"kl": [0.1, 5]}, alerts_total={"nonfinite|critical": 2}, retired=[7, 9, [1, 2]])
+    copy = info_dict(info)
+    assert copy == asdict(info)
+    copy["latest"]["kl"].append(1)
+    copy["alerts_total"]["x"] = 1
+    copy["retired"][2].append(3)
+    assert info.latest == {"kl": [0.1, 5]} and info.alerts_total == {"nonfinite|critical": 2}
+    assert info.retired == [7, 9, [1, 2]]
