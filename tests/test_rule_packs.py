@@ -192,3 +192,13 @@ def test_a_later_pack_replaces_a_default_rule_with_the_same_id(tmp_path):
     rules = [r for p in packs for r in p.rules if r.id == "RLG-KL-ZERO"]
     assert len(rules) == 1 and rules[0].severity.value == "warning"
     assert sum(len(p.rules) for p in packs) == sum(len(p.rules) for p in load_packs(None))
+
+
+def test_detector_params_are_shared_per_rule_and_follow_a_copy_with_other_params():
+    from rlguard.rulespec import load_packs
+
+    rule = next(r for p in load_packs() for r in p.rules if r.detector == "spike")
+    assert rule.detector_params() is rule.detector_params()  # one object for every instance
+    other = rule.model_copy(update={"params": dict(rule.params, window=rule.detector_params().window + 7)})
+    assert other.detector_params().window == rule.detector_params().window + 7
+    assert rule.model_copy().detector_params() is rule.detector_params()  # same params: shared

@@ -186,7 +186,20 @@ class Rule(BaseModel):
         return self
 
     def detector_params(self) -> BaseModel:
-        return DETECTORS[self.detector].Params.model_validate(self.params)
+        """The detector's validated parameters. One object per rule's ``params``, shared by
+        every instance of the rule (the detectors only read it): a daemon with 10,000 runs
+        holds 57 of them, not 570,000 (36 KB a run). Keyed by the ``params`` dict itself, which
+        the cache keeps alive: a copy of the rule with other params gets its own."""
+        hit = _PARAMS.get(id(self.params))
+        if hit is None or hit[0] is not self.params or hit[1] != self.detector:
+            if len(_PARAMS) > 4096:  # packs reloaded many times: start again
+                _PARAMS.clear()
+            hit = _PARAMS[id(self.params)] = (self.params, self.detector,
+                                              DETECTORS[self.detector].Params.model_validate(self.params))
+        return hit[2]
+
+
+_PARAMS: dict[int, tuple[dict, str, BaseModel]] = {}  # id(rule.params) -> (params, detector, model)
 
 
 class RulePack(BaseModel):

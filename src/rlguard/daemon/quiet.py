@@ -30,7 +30,7 @@ logs with sparse evaluations: 62%, mostly metrics too young for a band).
 from __future__ import annotations
 
 import math
-from collections import deque
+from array import array
 from typing import Callable, Iterable
 
 WINDOW = 100
@@ -47,7 +47,8 @@ class QuietScreen:
 
     def __init__(self, window: int = WINDOW, margin: float = MARGIN, min_history: int = MIN_HISTORY) -> None:
         self.window, self.margin, self.min_history = window, margin, min_history
-        self._recent: dict[str, deque] = {}  # raw key -> its last `window` judged finite values
+        self._recent: dict[str, array] = {}  # raw key -> its last `window` judged finite values
+        # (float64s in an array: 8 bytes a value, where a deque of floats holds 32)
         self._bands: dict[str, tuple[float, float]] = {}  # raw key -> (lo, hi), once it has history
         self._seen: set[str] = set()  # every raw key judged so far
 
@@ -66,8 +67,10 @@ class QuietScreen:
                 continue
             ring = self._recent.get(key)
             if ring is None:
-                ring = self._recent[key] = deque(maxlen=self.window)
+                ring = self._recent[key] = array("d")
             ring.extend(values)
+            if len(ring) > self.window:
+                del ring[:-self.window]
             if len(ring) < self.min_history:
                 continue
             lo, hi = min(ring), max(ring)
