@@ -179,3 +179,25 @@ def test_reading_in_pieces_equals_reading_whole(tmp_path, fmt, text):
             got += [(r.step, r.metrics, r.line) for r in piece.records]
             offset, unit, ctx = offset + piece.consumed, unit + piece.units, piece.context
         assert got == whole, cut
+
+
+def test_last_record_fingerprint_is_of_the_record_as_read(tmp_path):
+    """The tail fingerprints the last record when its state is saved (not at every poll): what
+    the run monitor does to the records afterwards (dropping metric names over its cap) must not
+    change it, or a restart would take its own log for a rewritten one."""
+    from rlguard.daemon.tailstate import fingerprint
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_text(rows(1, 6))
+    t = FileTail(str(p))
+    got = t.poll().records
+    expected = fingerprint(got[-1])
+    got[-1].metrics.pop("reward")  # what RunMonitor._bounded does to a run over its cap
+    saved = json.loads(json.dumps(t.state_dict()))
+    assert saved["last"] == expected
+    with open(p, "a") as f:
+        f.write(rows(6, 9))
+    t2 = FileTail(str(p), saved)
+    os.replace(p, tmp_path / "old.jsonl")  # the log read again from its top: the stream proves
+    (tmp_path / "metrics.jsonl").write_text(rows(1, 9))  # what it had judged, by fingerprint
+    assert steps(t2.poll()) == [6, 7, 8]

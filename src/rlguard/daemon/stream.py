@@ -54,7 +54,8 @@ class StreamFilter:
                 if st.first is None:
                     st.first, st.first_step = fingerprint(records[0]), records[0].step
                 st.count += len(records)
-                self._last = records[-1]  # st.last, once settled
+                last = records[-1]  # st.last, once settled; a copy: the run monitor may
+                self._last = LogRecord(last.step, dict(last.metrics), last.line)  # drop keys later
         if st.resume_floor is not None and kept:
             # a resumed run does steps again: judged from the first step after the last one
             # judged; once past it, its steps are taken as they come
