@@ -22,7 +22,7 @@ command: 1 process on 2,500 runs, same settings, same per-run fault rate. Report
 time, and the fleet/baseline ratios (4.0 for CPU and RSS would be perfectly linear).
 
     python bench/fleet_load.py [--runs 10000] [--shards 4] [--seconds 120] [--interval 10]
-                               [--baseline-runs N] [--baseline-shards N]
+                               [--baseline-runs N] [--baseline-shards N] [--history STEPS]
 
 One daemon on the whole fleet, 4 shards for comparison (issue 23), in one command:
 
@@ -186,19 +186,19 @@ class Daemon:
 
 # ---------------------------------------------------------------------- one configuration
 def phase(label: str, runs_n: int, shards: int, seconds: float, interval: float, fault_share: float,
-          seed: int, cfg: str) -> dict:
+          seed: int, cfg: str, history: int = 10) -> dict:
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-fleet-"))
     try:
-        return _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg)
+        return _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg, history)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg) -> dict:
+def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg, history=10) -> dict:
     root = tmp / "runs"
     t0 = time.time()
-    runs = make_runs(root, runs_n, 10, rng)
+    runs = make_runs(root, runs_n, history, rng)
     disk = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 2**20
     print(f"[{label}] {runs_n} runs written in {time.time() - t0:.0f} s ({disk:.0f} MB); starting "
           f"{shards} daemon(s)", flush=True)
@@ -362,6 +362,8 @@ def main(argv=None) -> int:
     ap.add_argument("--interval", type=float, default=10.0, help="seconds between two steps of a run")
     ap.add_argument("--faults", type=float, default=0.01, help="share of the runs that go bad in the window")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--history", type=int, default=10,
+                    help="steps every run has logged before the daemons start (default 10: young runs)")
     ap.add_argument("--baseline-runs", type=int, help="runs of the comparison phase (default: --runs / --shards)")
     ap.add_argument("--baseline-shards", type=int, default=1, help="daemons of the comparison phase (default 1)")
     ap.add_argument("--settings", default=FLEET_SETTINGS,
@@ -370,9 +372,9 @@ def main(argv=None) -> int:
     print(f"daemon settings: {args.settings}; poll_interval 2, eval_interval 10 (defaults) unless set there",
           flush=True)
     fleet = phase("fleet", args.runs, args.shards, args.seconds, args.interval, args.faults, args.seed,
-                  args.settings)
+                  args.settings, args.history)
     base = phase("baseline", args.baseline_runs or args.runs // args.shards, args.baseline_shards, args.seconds,
-                 args.interval, args.faults, args.seed + 1, args.settings)
+                 args.interval, args.faults, args.seed + 1, args.settings, args.history)
     report(fleet, base)
     return 0 if fleet["detected"] == fleet["faults"] and base["detected"] == base["faults"] else 1
 
