@@ -9,7 +9,6 @@ from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
 from .sources.block import RecordBlock
-from .sources.jsonl import JsonlReader
 from .sources.rundir import choose_log
 from .verdict import decision_record
 from .watchdog import Watchdog
@@ -79,8 +78,7 @@ def _check_baselines(baselines: dict[str, float], wd: Watchdog) -> None:
 def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run):
     n, first, last = 0, None, None
     seen: set[int] = set()
-    columnar = {"columnar": True} if type(reader) is JsonlReader else {}
-    for buf in reader.batches(path, chunk, **columnar):
+    for buf in reader.batches(path, chunk, columnar=True):
         n += len(buf)
         steps = buf.steps.tolist() if isinstance(buf, RecordBlock) else [r.step for r in buf]
         seen.update(steps)

@@ -17,8 +17,6 @@ import numpy as np
 MIN_LEN = 16
 _TAG = "f64"
 _FLOAT = {float}
-
-
 _CONTAINERS = (dict, list)
 
 

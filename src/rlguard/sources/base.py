@@ -161,8 +161,10 @@ class Reader(ABC):
         st = os.stat(path)
         return (st.st_size, st.st_mtime_ns, st.st_ino)
 
-    def batches(self, path: str, size: int = 50_000) -> Iterator[list[LogRecord]]:
-        """The same records, in lists of up to ``size`` (readers may do this faster)."""
+    def batches(self, path: str, size: int = 50_000, columnar: bool = False) -> Iterator[list[LogRecord]]:
+        """The same records, in lists of up to ``size`` (readers may do this faster).
+        ``columnar``: the caller also takes a :class:`~.block.RecordBlock` for a chunk; a
+        reader that cannot build one (this default) ignores it."""
         buf: list[LogRecord] = []
         for rec in self.records(path):
             buf.append(rec)

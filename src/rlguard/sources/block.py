@@ -10,11 +10,10 @@ matrix) and is still a sequence of records: indexing or iterating one builds the
 :func:`block_of` builds one only when the lines are, one by one, what the line reader would
 have read as plain float records: every line a JSON object, the same keys in the same order,
 an integral ``step`` in [0, 2**53) (an ``int`` on the first line), every other value a JSON
-number (no NaN or infinity token: they fail the fast parse). The values are screened on the
-bytes: no ``null``, ``true`` or ``false`` anywhere, and no quote characters but the keys' two
-each. Anything else (a blank line, a null, a string, a bool, a list, a missing step, a new
-key, a key that contains "null") returns None and the caller reads the stretch line by line:
-the records are the same either way, only cheaper here.
+number (no NaN or infinity token: they fail the fast parse), as one C-level pass over the
+types of the values says. Anything else (a blank line, a null, a string, a bool, a list, a
+missing step, a new key) returns None and the caller reads the stretch line by line: the
+records are the same either way, only cheaper here.
 """
 from __future__ import annotations
 
@@ -62,8 +61,6 @@ def block_of(raws: list[bytes], first_line: int, loads: Callable[[bytes], object
             return None
         keys = list(first)
         n, m = len(objs), len(keys)
-        # every string token has two quote characters: the keys' alone means no string value
-        # (a key with an escaped quote has more, and is read line by line)
         if not all(map(keys.__eq__, map(list, objs))):
             return None
         values = list(chain.from_iterable(map(dict.values, objs)))

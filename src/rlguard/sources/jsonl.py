@@ -154,9 +154,8 @@ def _scan_blocks(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[Sequence
             stats.lines, stats.records = lineno, stats.records + len(block)
             yield block
         else:
-            yield from _scan(iter(raws), stats, size, fill, lineno)
+            yield from _scan(iter(raws), stats, size, fill, lineno)  # (it sets stats.lines)
             lineno += len(raws)
-            stats.lines = lineno
         if failed is not None:
             raise failed
 
