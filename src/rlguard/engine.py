@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .columns import Column
-from .detectors import DETECTORS, FINE, TRIGGERED, UNKNOWN, Chunk, Detector
+from .detectors import DETECTORS, FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Scan
+from .feeds import Feed, Feeds, release
 from .rulespec import Guard, Rule
 from .stats import mad_sigma
 
@@ -33,7 +34,7 @@ class Event:
     value: float | None = None  # what the detector judged (a median, a level), not the raw sample
 
 
-@dataclass
+@dataclass(slots=True)
 class RuleInstance:
     rule: Rule
     metric: str
@@ -45,9 +46,28 @@ class RuleInstance:
     anchor: int | None = None  # step of the record before the current streak
     last_step: int | None = None  # step of the latest judged record
     last_seen: int | None = None  # step of the latest record, judged or not
+    feed: Feed | None = field(default=None, init=False, repr=False)  # lends the detector its tail
+    kept: int = 0  # how much of the feed the detector's tail is (see rlguard.feeds)
 
     def __post_init__(self) -> None:
         self.detector = DETECTORS[self.rule.detector](self.rule.detector_params())
+
+    def borrow_from(self, feeds: Feeds) -> "RuleInstance":
+        """Read the metric's recent values from the run's shared feed (when the detector can)."""
+        self.feed = feeds.feed_for(self.metric, self.detector, self.rule.ignore_zero)
+        if self.feed is not None:
+            release(self.detector)
+        return self
+
+    def _scan(self, chunk: Chunk) -> Scan:
+        feed = self.feed
+        if feed is None:
+            return self.detector.scan(chunk)
+        feed.lend(self.detector, self.kept)
+        try:
+            return self.detector.scan(chunk)
+        finally:
+            self.kept = feed.take_back(self.detector, chunk.values, chunk.steps)
 
     @property
     def key(self) -> str:
@@ -66,7 +86,7 @@ class RuleInstance:
                 sel = None  # every sample goes to the detector: no copies (the common, fast case)
         if sel is None:
             other, other_se = companion if companion is not None else (None, None)
-            sc = self.detector.scan(Chunk(col.steps, values, col.quantum, other, other_se))
+            sc = self._scan(Chunk(col.steps, values, col.quantum, other, other_se))
             verdict, stat, ref = sc.verdict, sc.stat, sc.ref
             ref_step = sc.ref_step  # None: no reference step (read only where a rule fires)
             level = sc.level if sc.level is not None else values
@@ -76,7 +96,7 @@ class RuleInstance:
             ref_step = np.full(n, -1, dtype=np.int64)
             if sel.any():
                 other, other_se = (companion[0][sel], companion[1][sel]) if companion is not None else (None, None)
-                sc = self.detector.scan(Chunk(col.steps[sel], values[sel], col.quantum, other, other_se))
+                sc = self._scan(Chunk(col.steps[sel], values[sel], col.quantum, other, other_se))
                 verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
                 if sc.ref_step is not None:
                     ref_step[sel] = sc.ref_step
@@ -171,15 +191,30 @@ class RuleInstance:
         return events
 
     def state_dict(self) -> dict:
+        det = self.detector.state_dict()
+        if self.feed is not None:  # the feed holds the tail
+            for attr in self.detector.lent:
+                det.pop(attr, None)
         return {"run": self.run, "firing": self.firing, "cool": self.cool, "samples": self.samples,
                 "anchor": self.anchor, "last_step": self.last_step, "last_seen": self.last_seen,
-                "detector": self.detector.state_dict()}
+                "detector": det, **({"kept": self.kept} if self.feed is not None else {})}
 
     def load_state_dict(self, s: dict) -> None:
+        """Load after :meth:`borrow_from` and after the feeds' own state (a state saved before
+        feeds existed holds the detector's own tail: the feed adopts it)."""
         self.run, self.firing = int(s["run"]), bool(s["firing"])
         self.cool, self.samples = int(s["cool"]), int(s["samples"])
         self.anchor, self.last_step, self.last_seen = s.get("anchor"), s.get("last_step"), s.get("last_seen")
         self.detector.load_state_dict(s.get("detector", {}))
+        if self.feed is None:
+            return
+        if "kept" in s:
+            self.kept = int(s["kept"])
+        else:
+            tail = self.detector.tail
+            self.kept = len(tail)
+            self.feed.adopt(tail, getattr(self.detector, "tail_steps", None))
+        release(self.detector)
 
 
 #: chunks up to this many samples take the plain-Python paths (numpy's per-call cost dominates)

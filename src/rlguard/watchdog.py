@@ -17,10 +17,12 @@ import numpy as np
 
 from . import coverage
 from .alerts import Action, Alert, Decision
+from .baselines import apply_baselines
 from .columns import Column, Naming, Recent, columnize
 from .detectors import DETECTORS
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
+from .feeds import Feeds
 from .firing import BestTracker, degrade, make_alert, say_keep
 from .incidents import Incidents, in_incident
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
@@ -29,8 +31,8 @@ from .sources.block import RecordBlock
 from .stats import sharing, trailing_mean_se
 from .vocab import Vocabulary
 
-STATE_VERSION = 2  # 2: the run's incidents (a version-1 state loads with none open)
-_READABLE_STATES = (1, 2)
+STATE_VERSION = 3  # 2: the run's incidents (none open in a version-1 state); 3: feeds (rlguard.feeds)
+_READABLE_STATES = (1, 2, 3)
 #: ``metrics: ["*"]``: a rule on every metric no other rule of its detector names
 ANY_METRIC = "*"
 
@@ -45,7 +47,7 @@ class Watchdog:
     baselines: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.rules: list[Rule] = _apply_baselines([r for p in self.packs for r in p.rules if r.enabled],
+        self.rules: list[Rule] = apply_baselines([r for p in self.packs for r in p.rules if r.enabled],
                                                   self.baselines)
         self.best_candidates: list[CheckpointOnBest] = next(
             (p.checkpoint_on_best for p in self.packs if p.checkpoint_on_best), [])
@@ -74,6 +76,7 @@ class Watchdog:
         self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
         self._shapes: dict[str, tuple[str | None, bool]] = {}  # rule id -> (companion, coincidence guards)
         self.incidents = Incidents()
+        self.feeds = Feeds()  # per metric, the recent values its detectors read (kept once)
 
     # ------------------------------------------------------------------ feeding
     def observe(self, step: int, metrics: Mapping[str, float], line: int = 0) -> list[Decision]:
@@ -107,6 +110,7 @@ class Watchdog:
             for name, col in cols.items():
                 if name in self._watched or self._wild:
                     self._evaluate_metric(name, col, cols, pending, new_alerts)
+        self.feeds.commit()  # (after every rule on every metric read the feeds as they were)
         if self._wild:
             self._finite_seen.update(n for n, c in cols.items()
                                      if n not in self._finite_seen and np.isfinite(c.values).any())
@@ -143,7 +147,7 @@ class Watchdog:
             key = f"{rule.id}|{name}"
             inst = self.instances.get(key)
             if inst is None:
-                inst = self.instances[key] = RuleInstance(rule, name)
+                inst = self.instances[key] = RuleInstance(rule, name).borrow_from(self.feeds)
                 if rule.id in self._wild and hasattr(inst.detector, "seen_finite"):
                     inst.detector.seen_finite = name in self._finite_seen  # built late: told the past
             comp, coincidence = self._shape(rule)
@@ -199,10 +203,9 @@ class Watchdog:
     def _build_series(self, metric: str, cols: dict[str, Column]) -> tuple[np.ndarray, np.ndarray, float, float]:
         rec = self.recent.get(metric) or Recent()
         col = cols.get(metric)
-        seq = np.asarray(rec.seq, dtype=np.int64)
-        vals = np.asarray(rec.values, dtype=float)
-        if col is not None:
-            seq, vals = np.concatenate([seq, col.seq]), np.concatenate([vals, col.values])
+        if col is None:  # (copies: the kept arrays are the watchdog's)
+            return rec.seq.copy(), rec.values.copy(), rec.max_seen, rec.min_seen
+        seq, vals = np.concatenate([rec.seq, col.seq]), np.concatenate([rec.values, col.values])
         return seq, vals, rec.max_seen, rec.min_seen
 
     def _shape(self, rule: Rule) -> tuple[str | None, bool]:
@@ -299,6 +302,7 @@ class Watchdog:
             "dense": self._dense,
             "finite_seen": sorted(self._finite_seen),
             "incidents": self.incidents.state_dict(),
+            "feeds": self.feeds.state_dict(),
         }
 
     def load_state_dict(self, s: Mapping[str, Any]) -> None:
@@ -308,12 +312,13 @@ class Watchdog:
             self.seq, self.first_step = int(s["seq"]), s["first_step"]
             self.naming.source.update(s["sources"])
             self.duplicates, self.summaries = int(s["duplicates"]), int(s["summaries"])
+            self.feeds.load_state_dict(s.get("feeds") or {})  # (none before version 3: adopted)
             for key, st in s["instances"].items():
                 rule_id, metric = key.split("|", 1)
                 rule = next((r for r in self.rules if r.id == rule_id), None)
                 if rule is None:
                     continue  # a rule removed since: its state is dropped
-                inst = self.instances[key] = RuleInstance(rule, metric)
+                inst = self.instances[key] = RuleInstance(rule, metric).borrow_from(self.feeds)
                 inst.load_state_dict(st)
             self.recent = {k: Recent.from_dict(v) for k, v in s["recent"].items()}
             if s["best"]:
@@ -355,30 +360,6 @@ class Watchdog:
             self.load_state_dict(data)
         except StateError as exc:
             raise StateError(exc.message, path=str(path)) from None
-
-
-def _apply_baselines(rules: list[Rule], baselines: Mapping[str, float]) -> list[Rule]:
-    """Regression rules take configured baselines; a baseline for a metric no regression rule
-    watches gets a copy of the first regression rule for that metric."""
-    if not baselines:
-        return rules
-    out, covered = [], set()
-    template = next((r for r in rules if r.detector == "baseline"), None)
-    for r in rules:
-        if r.detector == "baseline" and any(m in baselines for m in r.metrics):
-            for m in r.metrics:
-                params = dict(r.params, baseline=baselines.get(m, r.params.get("baseline")))
-                out.append(r.model_copy(update={"metrics": [m], "params": params,
-                                                "id": r.id if len(r.metrics) == 1 else f"{r.id}.{m}"}))
-                covered.add(m)
-        else:
-            out.append(r)
-    for m, b in baselines.items():
-        if m not in covered and template is not None:
-            mode = "min" if "loss" in m else "max"
-            out.append(template.model_copy(update={"metrics": [m], "id": f"{template.id}.{m}",
-                                                   "params": dict(template.params, baseline=b, mode=mode)}))
-    return out
 
 
 def _needed(rules: list[Rule]) -> set[str]:

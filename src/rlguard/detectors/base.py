@@ -70,6 +70,10 @@ class Detector(ABC):
     companion_param: ClassVar[str | None] = None
     #: True when ``ref_step`` is the step of the metric's best value (the checkpoint to keep)
     ref_is_best: ClassVar[bool] = False
+    #: attributes (``tail``, ``tail_steps``) the watchdog may lend from the metric's shared
+    #: feed (:mod:`rlguard.feeds`): only where, after every scan, they hold a suffix of what
+    #: they held plus the values (steps) scanned
+    lent: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, params: Params) -> None:
         self.p = params

@@ -31,6 +31,7 @@ class ChangePoint(Detector):
     ruptures (KernelCPD, l2) confirms and locates the change on a bounded window."""
 
     name = "changepoint"
+    lent = ("tail", "tail_steps")
 
     class Params(Params):
         half: int = Field(10, ge=3, description="screen: samples on each side of the compared means")

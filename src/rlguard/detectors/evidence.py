@@ -138,6 +138,7 @@ class NullMean(Detector):
     """A signed estimate averages zero within its standard error, with both signs (k1 KL)."""
 
     name = "null_mean"
+    lent = ("tail",)
 
     class Params(Params):
         window: int = Field(50, ge=10, description="samples in the judged window")

@@ -174,6 +174,7 @@ class Trend(Rolling):
     """
 
     name = "trend"
+    lent = ()  # (its tail stops at the judged start: not a suffix of all it is fed)
 
     class Params(Params):
         window: int = Field(10, ge=4, description="samples the test looks at")

@@ -74,6 +74,8 @@ class DropFromPeak(Detector):
 class Rolling(Detector):
     """Shared bookkeeping: a tail of raw values and a rolling median of the last ``window``."""
 
+    lent = ("tail",)
+
     def __init__(self, params) -> None:
         super().__init__(params)
         self.tail: list[float] = []

@@ -96,6 +96,7 @@ class Threshold(Detector):
     """
 
     name = "threshold"
+    lent = ("tail",)
 
     class Params(Condition):
         window: int = Field(1, description="judge the rolling statistic of the last N samples (1: the value itself)")

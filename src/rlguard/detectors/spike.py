@@ -27,6 +27,7 @@ class Spike(Detector):
     """A robust z-score (the rolling median and MAD of the window before, floored) above z."""
 
     name = "spike"
+    lent = ("tail",)
 
     class Params(Params):
         window: int = Field(30, ge=5, description="baseline: the N samples before this one")
