@@ -106,8 +106,8 @@ def test_a_metric_is_kept_once_per_feed_and_the_state_holds_no_detector_tails():
     wd.ingest(_healthy(300))
     s = wd.state_dict()
     assert s["version"] == STATE_VERSION == 3
-    lenders = [st for k, st in s["instances"].items() if "kept" in st]
-    assert lenders and all("tail" not in st["detector"] for st in lenders)
+    lenders = [st for k, st in s["instances"].items() if st[7] is not None]  # [..., kept, detector]
+    assert lenders and all("tail" not in st[8] for st in lenders)
     assert any(k.startswith("z|") for k in s["feeds"])  # an ignore_zero rule's feed is its own
     for key, feed in wd.feeds.items():
         kept = [inst.kept for inst in wd.instances.values() if inst.feed is feed]
@@ -144,6 +144,9 @@ def test_a_state_saved_before_feeds_loads_and_continues_identically(monkeypatch)
         old.ingest(recs[250:])
     state["version"] = 2
     del state["feeds"]
+    for key, st in state["instances"].items():  # the dict form such a state had
+        state["instances"][key] = dict(zip(("run", "firing", "cool", "samples", "anchor", "last_step",
+                                            "last_seen"), st[:7]), detector=st[8])
     assert any("tail" in st["detector"] for st in state["instances"].values())
     new = Watchdog(run="r")
     new.load_state_dict(json.loads(json.dumps(state)))
