@@ -8,8 +8,9 @@ Runs are laid out as ``ROOT/{team}/{user}/{run}`` in four layouts, a quarter eac
 - ``tb``: a TensorBoard log dir, one event per scalar appended to ``events.out.tfevents.*``;
 - ``hf_tb``: a TRL output dir with ``report_to=tensorboard`` (``runs/<stamp>/events...``).
 
-Every run logs one step of 8 metrics every 10 s (``--interval``), spread evenly over time. After
-every run is watched and read once, the window (``--seconds``) starts: runs go bad at random
+Every run logs one step of 8 metrics every 10 s (``--interval``), spread evenly over time. Once
+every run is watched and judged (the first full pass: each run's ``rlguard_run_last_step`` is
+exported after its first evaluation) and 2 intervals more, the window (``--seconds``) starts: runs go bad at random
 times (a NaN loss from then on; in the ``trl`` layout the checkpoint with it is saved at once), and
 a probe asks each daemon for ``/metrics?name[]=rlguard_alert_firing`` every 2 s. Detection
 delay: from the write of the fault to the first probe that shows the run's ``nonfinite`` alert.
@@ -171,6 +172,14 @@ class Daemon:
         m = re.search(r"^rlguard_runs_watched (\S+)", text, re.M)
         return int(float(m.group(1))) if m else -1
 
+    def judged(self) -> int:
+        """Runs judged at least once (a run's last step is exported after its first evaluation)."""
+        try:
+            text = get(self.port, "/metrics?name[]=rlguard_run_last_step", timeout=30)
+        except OSError:
+            return -1
+        return len(re.findall(r"^rlguard_run_last_step\{", text, re.M))
+
     def firing(self) -> set[str]:
         text = get(self.port, "/metrics?name[]=rlguard_alert_firing", timeout=10)
         return set(re.findall(r'rlguard_alert_firing\{[^}]*kind="nonfinite"[^}]*run="([^"]+)"', text)
@@ -211,6 +220,11 @@ def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg,
         if time.time() - t0 > 900 or any(d.proc.poll() is not None for d in daemons):
             raise SystemExit(f"[{label}] daemons did not watch every run: see {tmp}/daemon-*.log")
         time.sleep(1)
+    first_watch = time.time() - t0
+    while sum(max(d.judged(), 0) for d in daemons) < runs_n:  # a history is judged at its first evaluation
+        if time.time() - t0 > 1800 or any(d.proc.poll() is not None for d in daemons):
+            raise SystemExit(f"[{label}] daemons did not judge every run: see {tmp}/daemon-*.log")
+        time.sleep(1)
     first_pass = time.time() - t0
     time.sleep(2 * interval)  # every run read and judged once more before measuring
     c0 = [cpu_seconds(d.proc.pid) for d in daemons]
@@ -244,7 +258,8 @@ def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg,
     return {"label": label, "runs": runs_n, "shards": shards, "wall": wall, "cpu": sum(cpu) / wall,
             "cpu_each": [c / wall for c in cpu], "rss": sum(rss), "rss_each": rss, "peak": sum(peak),
             "faults": written, "detected": len(delays), "delays": sorted(delays.values()),
-            "by_layout": by_layout, "first_pass": first_pass, "scrape": max(scrapes or [float("nan")]),
+            "by_layout": by_layout, "first_watch": first_watch, "first_pass": first_pass,
+            "scrape": max(scrapes or [float("nan")]),
             "bench_cpu": bench_cpu / wall, "disk": disk}
 
 
@@ -347,7 +362,8 @@ def report(fleet: dict, base: dict) -> None:
               f"(n={len(b)}) | |")
     row("faults detected / written", fleet["detected"], base["detected"], "{:.0f}", ratio=False)
     print(f"| | of {fleet['faults']} | of {base['faults']} | |")
-    row("first full pass, s", fleet["first_pass"], base["first_pass"], "{:.0f}")
+    row("every run watched, s", fleet["first_watch"], base["first_watch"], "{:.0f}")
+    row("first full pass (every run judged), s", fleet["first_pass"], base["first_pass"], "{:.0f}")
     row("full /metrics scrape, s (max)", fleet["scrape"], base["scrape"], "{:.2f}")
     row("bench writer + probe CPU, %", 100 * fleet["bench_cpu"], 100 * base["bench_cpu"], ratio=False)
     print(f"\nwindow: {fleet['wall']:.0f} s / {base['wall']:.0f} s; runs' files on disk: {fleet['disk']:.0f} MB / "
