@@ -89,3 +89,33 @@ def test_run_info_copy_is_asdict_and_independent():
     copy["retired"][2].append(3)
     assert info.latest == {"kl": [0.1, 5]} and info.alerts_total == {"nonfinite|critical": 2}
     assert info.retired == [7, 9, [1, 2]]
+
+
+def test_rows_are_encoded_as_they_come_one_state_at_a_time(tmp_path, monkeypatch):
+    """The daemon hands its rows as a generator: the store must encode each before it asks for
+    the next (only one run's state alive as Python objects), write them all, and say which it
+    left out; an empty generator writes nothing and proves nothing."""
+    import rlguard.daemon.store as store_mod
+
+    encoded = []
+    real = store_mod.pack
+    monkeypatch.setattr(store_mod, "pack", lambda w: encoded.append(w) or real(w))
+    monkeypatch.setattr(store_mod, "_BATCH", 3)
+    wd = Watchdog(run="r")
+    wd.ingest([LogRecord(s, {"loss": 1.0 / s, "kl": 0.01 * s}, s) for s in range(1, 40)])
+
+    def rows(n):
+        for k in range(n):
+            assert len(encoded) == k, "the store asked for a row before encoding the one before"
+            info = {"bad": object()} if k == 4 else {}  # not JSON: left out, the others written
+            yield f"/logs/run{k}/m.jsonl", f"run{k}", {"offset": k}, wd.state_dict(), info
+
+    store = Store(tmp_path / "state")
+    written, changes = store.save_rows(rows(8))
+    assert written and changes == [("state", None)]
+    saved = store.load()
+    assert sorted(saved) == sorted(f"/logs/run{k}/m.jsonl" for k in range(8) if k != 4)
+    back = Watchdog(run="r")
+    back.load_state_dict(saved["/logs/run7/m.jsonl"]["watchdog"])
+    assert back.state_dict() == json.loads(json.dumps(wd.state_dict(), allow_nan=True))
+    assert store.save_rows(iter(())) == (True, [])

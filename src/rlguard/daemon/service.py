@@ -225,7 +225,7 @@ class Daemon:
         with self.lock:
             held = self.outgoing.held()
             first = [m for m in urgent if m.run not in held]
-            if self.save_rows([m.saved() for m in first]):
+            if self.save_rows(m.saved() for m in first):  # (a generator: one state built at a time)
                 for m in first:
                     m.never_saved = False
             # before any message queued in this pass may leave
@@ -253,13 +253,13 @@ class Daemon:
                 self.saved.update({k: v for k, v in loaded.items() if k not in self.runs})
             self._record(startup.rewrite(self.problems, self.cfg.state_dir, self.control_token, self._address))
             held = self.outgoing.held()
-            rows = [m.saved() for m in self.runs.values() if m.changed and m.run not in held]
-            if not self.save_rows(rows):
+            changed = [m for m in self.runs.values() if m.changed and m.run not in held]
+            if not self.save_rows(m.saved() for m in changed):  # (a generator: one state built at a time)
                 return  # not written: the runs stay "changed" and are saved at the next try
             for m in self.runs.values():
                 if m.run not in held:
                     m.changed = False
-            self._record(self.fleet.periodic(self.runs, self.clock(), [r[0] for r in rows]))
+            self._record(self.fleet.periodic(self.runs, self.clock(), [m.path for m in changed]))
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
@@ -268,7 +268,7 @@ class Daemon:
                 else:
                     self._problem("notifications", None)
 
-    def save_rows(self, rows: list) -> bool:
+    def save_rows(self, rows) -> bool:
         saved, changes = self.store.save_rows(rows)
         self._record(changes)
         return saved

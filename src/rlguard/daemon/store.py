@@ -12,11 +12,16 @@ import json
 import logging
 import os
 import sqlite3
+from itertools import chain
 from pathlib import Path
+from typing import Iterable
 
 from ..errors import RLGuardError
 from .codec import pack, unpack
 from .view import Changes
+
+Row = tuple[str, str, dict, dict, dict]  # key, run, tail, watchdog state, info: what RunMonitor.saved gives
+_BATCH = 200  # encoded rows written at a time (one transaction in all)
 
 log = logging.getLogger("rlguard.daemon")
 
@@ -80,15 +85,15 @@ class Store:
         return "state", (f"{self.unavailable}: runs are watched and judged, nothing is saved; retrying at every save"
                          if self.unavailable else None)
 
-    def save_rows(self, rows: list[tuple[str, str, dict, dict, dict]]) -> tuple[bool, Changes]:
+    def save_rows(self, rows: Iterable[Row]) -> tuple[bool, Changes]:
         """:meth:`save`, the daemon's way: (written, changes); rows not stored are logged."""
         try:
-            bad = self.save(rows)
+            bad, seen = self._save(rows)
         except (OSError, RuntimeError, sqlite3.Error) as exc:
             return False, [("state", f"state not writable in {self.where}: {exc}")]
         for key, why in bad:
             log.error("state of %r not saved: %s", key, why)
-        return True, [("state", None)] if rows else []  # only a real write proves the state is writable again
+        return True, [("state", None)] if seen else []  # only a real write proves the state is writable again
 
     def _open(self) -> None:
         # used from the scheduler's threads, one at a time (the daemon holds its lock around every use)
@@ -127,26 +132,43 @@ class Store:
         run, tail, wd, info = row
         return {"run": run, "tail": json.loads(tail), "watchdog": unpack(json.loads(wd)), "info": json.loads(info)}
 
-    def save(self, rows: list[tuple[str, str, dict, dict, dict]]) -> list[tuple[str, str]]:
+    def save(self, rows: Iterable[Row]) -> list[tuple[str, str]]:
         """Save (key, run, tail, watchdog, info) rows in one transaction. A row that cannot be
         stored is left out (returned with the reason), never the others. Keys that are not valid
         UTF-8 (a directory name in another encoding) are stored as their bytes."""
-        if not rows:
-            return []
+        return self._save(rows)[0]
+
+    def _save(self, rows: Iterable[Row]) -> tuple[list[tuple[str, str]], int]:
+        """(rows left out, rows seen). ``rows`` may be a generator: each row is encoded as it
+        comes and the JSON written ``_BATCH`` rows at a time, in one transaction, so only one
+        run's state is alive as Python objects (lists of floats: several times its JSON) and one
+        batch's JSON, not every saved run's at once (at 2,500 runs a transient of hundreds of MB, which the allocator keeps as
+        resident memory: ``bench/save_memory.py``)."""
+        rows = iter(rows)
+        first = next(rows, None)
+        if first is None:
+            return [], 0
         if self.db is None and not self.reopen():
             raise OSError(self.unavailable)
-        good, bad = [], []
-        for k, r, t, w, i in rows:
-            try:
-                good.append((_key(k), r.encode("utf-8", "replace").decode(), json.dumps(t),
-                             json.dumps(pack(w), allow_nan=True), json.dumps(i, allow_nan=True)))
-            except (TypeError, ValueError) as exc:
-                bad.append((k, f"{type(exc).__name__}: {exc}"))
+        bad, good, seen = [], [], 0
         with self.db:
-            self.db.executemany(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
-                "run=excluded.run, tail=excluded.tail, watchdog=excluded.watchdog, info=excluded.info", good)
-        return bad
+            for k, r, t, w, i in chain([first], rows):
+                seen += 1
+                try:
+                    good.append((_key(k), r.encode("utf-8", "replace").decode(), json.dumps(t),
+                                 json.dumps(pack(w), allow_nan=True), json.dumps(i, allow_nan=True)))
+                except (TypeError, ValueError) as exc:
+                    bad.append((k, f"{type(exc).__name__}: {exc}"))
+                if len(good) >= _BATCH:
+                    self._write(good)
+                    good = []
+            self._write(good)
+        return bad, seen
+
+    def _write(self, good: list[tuple]) -> None:
+        self.db.executemany(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?) ON CONFLICT(path) DO UPDATE SET "
+            "run=excluded.run, tail=excluded.tail, watchdog=excluded.watchdog, info=excluded.info", good)
 
     def close(self) -> None:
         if self.db is not None:
