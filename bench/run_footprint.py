@@ -32,6 +32,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_load import row  # noqa: E402  (the daemon bench's records: same metrics, same noise)
 
 
+def write_runs(root: Path, runs: int, history: int, rng: random.Random) -> list[tuple[Path, Path]]:
+    """``runs`` run dirs under ``root``, each with a ``metrics.jsonl`` of ``history`` steps:
+    (run dir, log) pairs."""
+    out = []
+    for i in range(runs):
+        d = root / f"run{i:05d}"
+        d.mkdir()
+        log = d / "metrics.jsonl"
+        log.write_text("".join(row(s, rng) for s in range(1, history + 1)))
+        out.append((d, log))
+    return out
+
+
 def measure(runs: int, history: int, polls: int) -> dict:
     import rlguard
     from rlguard.daemon.codec import pack
@@ -42,13 +55,7 @@ def measure(runs: int, history: int, polls: int) -> dict:
     packs, rng = load_packs(), random.Random(0)
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-footprint-"))
     try:
-        logs = []
-        for i in range(runs):
-            d = tmp / f"run{i:04d}"
-            d.mkdir()
-            log = d / "metrics.jsonl"
-            log.write_text("".join(row(s, rng) for s in range(1, history + 1)))
-            logs.append((d, log))
+        logs = write_runs(tmp, runs, history, rng)
         gc.collect()
         tracemalloc.start()
         before = tracemalloc.take_snapshot()

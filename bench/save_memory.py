@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from daemon_load import row  # noqa: E402  (the daemon bench's records)
+from run_footprint import write_runs  # noqa: E402  (runs of the daemon bench's records)
 
 
 def rss_mb() -> float:
@@ -48,11 +48,7 @@ def measure(mode: str, runs: int, history: int, saves: int) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-savemem-"))
     try:
         mons = []
-        for i in range(runs):
-            d = tmp / f"run{i:05d}"
-            d.mkdir()
-            log = d / "metrics.jsonl"
-            log.write_text("".join(row(s, rng) for s in range(1, history + 1)))
+        for d, log in write_runs(tmp, runs, history, rng):
             m = RunMonitor(Found(str(log), str(d), str(log), "file"), d.name, packs)
             m.poll(1000.0, 10.0, 60.0)
             mons.append(m)

@@ -48,7 +48,7 @@ class Watchdog:
 
     def __post_init__(self) -> None:
         self.rules: list[Rule] = apply_baselines([r for p in self.packs for r in p.rules if r.enabled],
-                                                  self.baselines)
+                                                 self.baselines)
         self.best_candidates: list[CheckpointOnBest] = next(
             (p.checkpoint_on_best for p in self.packs if p.checkpoint_on_best), [])
         self.naming = Naming(self.vocab)

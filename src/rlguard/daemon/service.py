@@ -23,7 +23,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterable
 
 from ..alerts import Action, Alert, Decision
 from ..errors import RLGuardError
@@ -36,7 +36,7 @@ from .fleet import Fleet
 from .labels import run_context
 from .outgoing import Outgoing
 from .runs import RunMonitor, RunSnapshot, run_name_for
-from .store import Store
+from .store import Row, Store
 from .view import Changes, DaemonState, judge_health, record
 
 if TYPE_CHECKING:
@@ -268,7 +268,7 @@ class Daemon:
                 else:
                     self._problem("notifications", None)
 
-    def save_rows(self, rows) -> bool:
+    def save_rows(self, rows: Iterable[Row]) -> bool:
         saved, changes = self.store.save_rows(rows)
         self._record(changes)
         return saved

@@ -142,8 +142,8 @@ class Store:
         """(rows left out, rows seen). ``rows`` may be a generator: each row is encoded as it
         comes and the JSON written ``_BATCH`` rows at a time, in one transaction, so only one
         run's state is alive as Python objects (lists of floats: several times its JSON) and one
-        batch's JSON, not every saved run's at once (at 2,500 runs a transient of hundreds of MB, which the allocator keeps as
-        resident memory: ``bench/save_memory.py``)."""
+        batch's JSON, not every saved run's at once (at 2,500 runs a transient of hundreds of
+        MB, which the allocator keeps as resident memory: ``bench/save_memory.py``)."""
         rows = iter(rows)
         first = next(rows, None)
         if first is None:
