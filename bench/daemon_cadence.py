@@ -4,7 +4,7 @@ watchdog) whose runs log one record per second, polled every 2 s, evaluated ever
 each ``--quiet-interval`` in the same command (0: every run judged every 10 s).
 
 The runs are the records ``bench/daemon_load.py`` writes (TRL's GRPO metric names, Gaussian
-noise). They first write ``--warm`` simulated seconds (their quiet bands need 20 records), then
+noise). They first write ``--warm`` simulated seconds (their quiet bands need 10 records), then
 ``--seconds`` are measured: process CPU of the polls (not of the writers) / simulated seconds
 ("of a core" as a daemon would pay it in real time), split into the watchdog's evaluations and
 the rest (reading, screening).

@@ -25,6 +25,7 @@
                                 [--layout jsonl|trl|both] [--eval-interval S] [--no-burst]
                                 [--quiet-interval S[,S...]] [--warmup S]
                                 [--series FILE] [--settled MIN] [--baseline-seconds S]
+                                [--profile DIR]
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
@@ -53,10 +55,14 @@ def row(step: int, rng: random.Random) -> str:
     return json.dumps({"step": step, **dict(zip(KEYS, vals))}) + "\n"
 
 
-def start_daemon(tmp: Path, pattern: str, extra: list[str] = ()) -> tuple[subprocess.Popen, int]:
+def start_daemon(tmp: Path, pattern: str, extra: list[str] = (),
+                 profile: Path | None = None) -> tuple[subprocess.Popen, int]:
+    """``profile``: run it under bench/profiled.py, writing that file (see --profile)."""
     port = free_port()
     exe = Path(sys.executable).with_name("rlguard")
-    cmd = [str(exe), "daemon", "--watch", pattern, "--state-dir", str(tmp / "state"),
+    cmd = [str(exe)] if profile is None else [sys.executable, str(Path(__file__).with_name("profiled.py")),
+                                             str(profile), "--"]
+    cmd += ["daemon", "--watch", pattern, "--state-dir", str(tmp / "state"),
            "--listen", f"127.0.0.1:{port}", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "w"))
     for _ in range(200):
@@ -106,7 +112,7 @@ class TrlRun:
 
 def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, extra: list[str] = (),
               series: Path | None = None, settled: float = 20.0, baseline_seconds: int = 60,
-              warmup: float = 0.0) -> float:
+              warmup: float = 0.0, profile: Path | None = None) -> float:
     rng = random.Random(0)
     root = tmp / "runs"
     make = (lambda i: TrlRun(root, i, save_every)) if layout == "trl" else (lambda i: JsonlRun(root, i))
@@ -114,7 +120,10 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
     for w in writers:
         for s in range(1, 11):
             w.write(s, rng)
-    proc, port = start_daemon(tmp, str(root), extra)
+    if profile is not None:
+        profile.mkdir(parents=True, exist_ok=True)
+        profile = profile / f"daemon-{layout}{''.join(extra).replace('-', '_')}.prof"
+    proc, port = start_daemon(tmp, str(root), extra, profile)
     first = first_pass_scrapes(port, 12.0)  # discovery of every run and the first full read
     step = 11
     w0 = time.time()
@@ -124,6 +133,8 @@ def many_runs(tmp: Path, runs: int, seconds: int, layout: str, save_every: int, 
             w.write(step, rng)
         step += 1
         time.sleep(max(0.0, 1.0 - (time.time() - tick)))
+    if profile is not None:
+        proc.send_signal(signal.SIGUSR2)  # the profile counts from here
     c0, t0 = cpu_seconds(proc.pid), time.time()
     probe = Probe(proc.pid, port, series=series)
     probe.start()
@@ -368,8 +379,11 @@ def main(argv=None) -> int:
                     help="the daemon's --quiet-interval (default: the daemon's, 60 s); a comma-separated list "
                          "runs the many-runs part once per value, in this command, and prints the CPU ratios")
     ap.add_argument("--warmup", type=float, default=0.0,
-                    help="seconds the runs write before the CPU is measured (a run's quiet band needs 20 records)")
+                    help="seconds the runs write before the CPU is measured (a run's quiet band needs 10 records)")
     ap.add_argument("--no-burst", action="store_true", help="skip the burst part")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="run the many-runs daemon under bench/profiled.py (cProfile in every thread, the "
+                         "measured window only): DIR/daemon-<layout>[flags].prof and .prof.txt")
     args = ap.parse_args(argv)
     extra = [] if args.eval_interval is None else ["--eval-interval", f"{args.eval_interval:g}"]
     quiets = [None] if args.quiet_interval is None else [float(q) for q in args.quiet_interval.split(",")]
@@ -381,7 +395,8 @@ def main(argv=None) -> int:
                 series = args.series.with_suffix(f".{layout}.csv") if args.series and args.layout == "both" \
                     else args.series
                 shares[layout, q] = many_runs(Path(tmp), args.runs, args.seconds, layout, args.save_every, flags,
-                                              series, args.settled, args.baseline_seconds, args.warmup)
+                                              series, args.settled, args.baseline_seconds, args.warmup,
+                                              args.profile)
     for (layout, q), share in shares.items():
         if len(quiets) > 1 and q != quiets[0]:
             print(f"[{layout}] daemon CPU with --quiet-interval {q:g} / with {quiets[0]:g}: "

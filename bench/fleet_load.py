@@ -41,6 +41,7 @@ import os
 import random
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -150,7 +151,8 @@ def get(port: int, path: str, timeout: float = 60) -> str:
 
 
 class Daemon:
-    def __init__(self, tmp: Path, root: Path, shard: str | None, name: str, settings: str) -> None:
+    def __init__(self, tmp: Path, root: Path, shard: str | None, name: str, settings: str,
+                 profile: Path | None = None) -> None:
         self.port = free_port()
         cfg = tmp / "daemon.yaml"
         if not cfg.exists():
@@ -159,7 +161,9 @@ class Daemon:
             cfg.write_text(yaml.safe_dump(yaml.safe_load(settings)) + f"handoff_dir: {tmp / 'handoff'}\n"
                            f"path_template: {root}/{{team}}/{{user}}/{{run}}\ncluster: bench\n")
         exe = str(Path(sys.executable).with_name("rlguard"))
-        cmd = [exe, "daemon", "--watch", str(root), "--state-dir", str(tmp / f"state-{name}"), "--config", str(cfg),
+        cmd = [exe] if profile is None else [sys.executable, str(Path(__file__).with_name("profiled.py")),
+                                             str(profile / f"daemon-{name}.prof"), "--"]
+        cmd += ["daemon", "--watch", str(root), "--state-dir", str(tmp / f"state-{name}"), "--config", str(cfg),
                "--listen", f"127.0.0.1:{self.port}"] + (["--shard", shard] if shard else [])
         self.log = tmp / f"daemon-{name}.log"
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
@@ -195,23 +199,27 @@ class Daemon:
 
 # ---------------------------------------------------------------------- one configuration
 def phase(label: str, runs_n: int, shards: int, seconds: float, interval: float, fault_share: float,
-          seed: int, cfg: str, history: int = 10) -> dict:
+          seed: int, cfg: str, history: int = 10, profile: Path | None = None) -> dict:
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-fleet-"))
     try:
-        return _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg, history)
+        return _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg, history, profile)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg, history=10) -> dict:
+def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg, history=10, profile=None) -> dict:
     root = tmp / "runs"
     t0 = time.time()
     runs = make_runs(root, runs_n, history, rng)
     disk = sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) / 2**20
     print(f"[{label}] {runs_n} runs written in {time.time() - t0:.0f} s ({disk:.0f} MB); starting "
           f"{shards} daemon(s)", flush=True)
-    daemons = [Daemon(tmp, root, f"{i}/{shards}" if shards > 1 else None, str(i), cfg) for i in range(shards)]
+    if profile is not None:
+        profile = profile / label
+        profile.mkdir(parents=True, exist_ok=True)
+    daemons = [Daemon(tmp, root, f"{i}/{shards}" if shards > 1 else None, str(i), cfg, profile)
+               for i in range(shards)]
     t0 = time.time()
     stop, lock = threading.Event(), threading.Lock()
     faults: dict[str, tuple[float, str]] = {}  # run name -> (write time of the fault, layout)
@@ -227,6 +235,9 @@ def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg,
         time.sleep(1)
     first_pass = time.time() - t0
     time.sleep(2 * interval)  # every run read and judged once more before measuring
+    if profile is not None:  # the profiles count the window only
+        for d in daemons:
+            d.proc.send_signal(signal.SIGUSR2)
     c0 = [cpu_seconds(d.proc.pid) for d in daemons]
     w0, start = time.process_time(), time.time()
     seen: dict[str, float] = {}
@@ -335,19 +346,26 @@ def pct(values: list[float], q: float) -> float:
     return values[k]
 
 
-def report(fleet: dict, base: dict) -> None:
+def report(fleet: dict, base: dict | None) -> None:
+    if base is None:  # no comparison phase (--baseline-runs 0): its column is left empty
+        base = {k: (float("nan") if isinstance(v, (int, float)) else v) for k, v in fleet.items()}
+        base.update(delays=[], by_layout={lay: [] for lay in LAYOUTS}, shards=0, runs=0, cpu_each=[float("nan")],
+                    rss_each=[float("nan")])
+
     def row(name, f, b, fmt="{:.1f}", ratio=True):
         fv, bv = fmt.format(f), fmt.format(b)
-        r = f"{f / b:.2f}x" if ratio and b else ""
+        r = f"{f / b:.2f}x" if ratio and b and b == b else ""
         print(f"| {name} | {fv} | {bv} | {r} |")
 
     print()
     def who(d):
+        if not d["shards"]:
+            return "(no baseline)"
         return f"{d['shards']} {'daemon' if d['shards'] == 1 else 'shards'}, {d['runs']:,} runs"
 
     print(f"| | {who(fleet)} | {who(base)} | ratio |")
     print("|---|---|---|---|")
-    row("runs per daemon", fleet["runs"] / fleet["shards"], base["runs"] / base["shards"], "{:,.0f}")
+    row("runs per daemon", fleet["runs"] / fleet["shards"], base["runs"] / max(base["shards"], 1), "{:,.0f}")
     row("CPU, % of one core (all daemons)", 100 * fleet["cpu"], 100 * base["cpu"])
     row("CPU per daemon, % (max)", 100 * max(fleet["cpu_each"]), 100 * max(base["cpu_each"]))
     row("RSS, MB (all daemons)", fleet["rss"], base["rss"], "{:.0f}")
@@ -380,19 +398,25 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--history", type=int, default=10,
                     help="steps every run has logged before the daemons start (default 10: young runs)")
-    ap.add_argument("--baseline-runs", type=int, help="runs of the comparison phase (default: --runs / --shards)")
+    ap.add_argument("--baseline-runs", type=int,
+                    help="runs of the comparison phase (default: --runs / --shards; 0: no comparison phase)")
     ap.add_argument("--baseline-shards", type=int, default=1, help="daemons of the comparison phase (default 1)")
     ap.add_argument("--settings", default=FLEET_SETTINGS,
                     help=f"daemon config for both (YAML, flow style; default: {FLEET_SETTINGS})")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="run each daemon under bench/profiled.py (cProfile in every thread, the window "
+                         "only): DIR/<phase>/daemon-<i>.prof, its top lines in DIR/<phase>/daemon-<i>.prof.txt")
     args = ap.parse_args(argv)
     print(f"daemon settings: {args.settings}; poll_interval 2, eval_interval 10 (defaults) unless set there",
           flush=True)
     fleet = phase("fleet", args.runs, args.shards, args.seconds, args.interval, args.faults, args.seed,
-                  args.settings, args.history)
-    base = phase("baseline", args.baseline_runs or args.runs // args.shards, args.baseline_shards, args.seconds,
-                 args.interval, args.faults, args.seed + 1, args.settings, args.history)
+                  args.settings, args.history, args.profile)
+    base = None
+    if args.baseline_runs != 0:
+        base = phase("baseline", args.baseline_runs or args.runs // args.shards, args.baseline_shards, args.seconds,
+                     args.interval, args.faults, args.seed + 1, args.settings, args.history, args.profile)
     report(fleet, base)
-    return 0 if fleet["detected"] == fleet["faults"] and base["detected"] == base["faults"] else 1
+    return 0 if all(d["detected"] == d["faults"] for d in (fleet, base) if d) else 1
 
 
 if __name__ == "__main__":

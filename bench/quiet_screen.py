@@ -9,7 +9,7 @@ reasons (new metric, non-finite value, a value outside its band, too little hist
 - the real logs of the dev set (``../shared/devset``, where present) and the corpus' logs;
 - synthetic noise: 12 metrics of Gaussian and Student-t (3 and 2 degrees of freedom) noise.
 
-    python bench/quiet_screen.py [--per-tick 10] [--warm 50]
+    python bench/quiet_screen.py [--per-tick 10] [--warm 50] [--min-history 20] [--records N]
 """
 from __future__ import annotations
 
@@ -24,18 +24,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from rlguard.daemon.quiet import QuietScreen, watched_keys  # noqa: E402
+from rlguard.daemon.quiet import MIN_HISTORY, QuietScreen, watched_keys  # noqa: E402
 from rlguard.sources import detect_format, open_reader  # noqa: E402
 from rlguard.sources.base import LogRecord  # noqa: E402
 from rlguard.watchdog import Watchdog  # noqa: E402
 
 
-def replay(recs: list, per_tick: int, warm: int) -> tuple[int, int, collections.Counter]:
+def replay(recs: list, per_tick: int, warm: int, min_history: int = MIN_HISTORY) -> tuple[int, int, collections.Counter]:
     """(ticks, ticks judged early, reasons) for one run's records."""
     wd = Watchdog()
     wd.ingest(recs[:warm])
     watched = watched_keys(wd)
-    screen, ticks, early, why = QuietScreen(), 0, 0, collections.Counter()
+    screen, ticks, early, why = QuietScreen(min_history=min_history), 0, 0, collections.Counter()
     screen.judged(recs[:warm], watched)
     for i in range(warm, len(recs), per_tick):
         chunk = recs[i:i + per_tick]
@@ -75,6 +75,10 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--per-tick", type=int, default=10, help="records per evaluation tick (10: 1 record/s, eval 10 s)")
     ap.add_argument("--warm", type=int, default=50, help="records judged before the count starts")
+    ap.add_argument("--min-history", type=int, default=MIN_HISTORY,
+                    help=f"judged values a metric needs for a band (default: the daemon's, {MIN_HISTORY})")
+    ap.add_argument("--records", type=int, default=None,
+                    help="replay only each run's first N records (young runs: e.g. --warm 10 --records 60)")
     args = ap.parse_args(argv)
     sets: dict[str, list] = {}
     devset = ROOT.parent / "shared" / "devset"
@@ -84,12 +88,14 @@ def main(argv=None) -> int:
     sets["corpus"] = logs(data, [c["file"] for c in json.loads((data / "labels.json").read_text())["cases"]])
     for kind in ("gauss", "t3", "t2"):
         sets[f"synthetic {kind}, 12 metrics"] = [noise(kind, 2000, seed) for seed in range(5)]
-    print(f"ticks of {args.per_tick} records judged early by the quiet screen (after {args.warm} records):")
+    upto = f", up to record {args.records}" if args.records else ""
+    print(f"ticks of {args.per_tick} records judged early by the quiet screen (after {args.warm} records{upto}; "
+          f"a band needs {args.min_history} values):")
     for label, runs in sets.items():
         ticks = early = 0
         why: collections.Counter = collections.Counter()
         for recs in runs:
-            t, e, w = replay(recs, args.per_tick, args.warm)
+            t, e, w = replay(recs[:args.records], args.per_tick, args.warm, args.min_history)
             ticks, early = ticks + t, early + e
             why.update(w)
         reasons = ", ".join(f"{k} {v}" for k, v in why.most_common(4))

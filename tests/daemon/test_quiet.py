@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from rlguard.daemon.config import DaemonConfig
-from rlguard.daemon.quiet import QuietScreen
+from rlguard.daemon.quiet import MIN_HISTORY, QuietScreen
 from rlguard.daemon.runs import RunMonitor
 from rlguard.rulespec import load_packs
 from rlguard.sources.base import LogRecord
@@ -35,7 +35,8 @@ def _warm(screen, n=100, seed=0):
 # ------------------------------------------------------------------ the screen
 def test_a_young_metric_has_no_band_yet():
     s = QuietScreen()
-    s.judged(_recs([{"loss": 1.0}] * 19), ALL)
+    assert MIN_HISTORY == 10
+    s.judged(_recs([{"loss": 1.0}] * (MIN_HISTORY - 1)), ALL)
     assert "too little history" in s.why_not_quiet(_recs([{"loss": 1.0}]), ALL)
     s.judged(_recs([{"loss": 1.0}]), ALL)
     assert s.why_not_quiet(_recs([{"loss": 1.0}]), ALL) is None

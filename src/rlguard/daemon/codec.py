@@ -31,7 +31,7 @@ def pack(obj: Any) -> Any:
             return {_TAG: base64.b64encode(np.asarray(obj, dtype="<f8").tobytes()).decode("ascii")}
         if not any(issubclass(t, _CONTAINERS) for t in types):
             return obj
-        return [pack(v) for v in obj]
+        return [pack(v) if isinstance(v, _CONTAINERS) else v for v in obj]  # (a rule's state: 8 scalars, 1 dict)
     return obj
 
 

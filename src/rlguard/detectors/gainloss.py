@@ -7,6 +7,7 @@
 """
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Literal
 
 import numpy as np
@@ -162,6 +163,13 @@ class Drift(Early):
 
 
 
+@lru_cache(maxsize=64)
+def _pairs(k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For a window of ``k`` samples: (earlier index, later index, their distance) of every pair."""
+    i, j = np.triu_indices(k, 1)
+    return i, j, (j - i).astype(float)
+
+
 @register
 class Trend(Rolling):
     """A steady monotone move from the first records of a run (a reward sliding from step 1).
@@ -206,17 +214,19 @@ class Trend(Rolling):
             if len(w) < p.min_history:
                 continue
             k = len(w)
-            d = w[None, :] - w[:, None]
-            iu = np.triu_indices(k, 1)
-            s = float(np.sign(d[iu]).sum())
+            first_of, second_of, span = _pairs(k)
+            d = w[second_of] - w[first_of]  # every later sample minus every earlier one
+            s = float(np.sign(d).sum())
             var = k * (k - 1) * (2 * k + 5) / 18.0
             z = (s - np.sign(s)) / np.sqrt(var)
-            slope = float(np.median(d[iu] / (iu[1] - iu[0])))
-            change = slope * (k - 1)
+            stat[j], verdict[j] = z, 0
+            if sign * z < p.z:
+                continue  # judged fine on S alone: the slope (two medians) is not needed
+            change = float(np.median(d / span)) * (k - 1)  # Theil-Sen slope x the window's span
             med = abs(float(np.median(w)))
             rel = abs(change) / med if med > 0 else np.inf
-            stat[j], ref[j] = z, change
-            verdict[j] = sign * z >= p.z and sign * change > 0 and rel >= p.min_rel_change
+            ref[j] = change
+            verdict[j] = sign * change > 0 and rel >= p.min_rel_change
         return Scan(verdict, stat, ref)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
