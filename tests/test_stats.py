@@ -236,3 +236,22 @@ def test_block_noise_with_want_equals_without_where_wanted():
         assert np.array_equal(part[want], full[want], equal_nan=True), name
         skipped = ~((part == full) | (np.isnan(part) & np.isnan(full)))
         assert not (skipped & want).any() and np.all(part[skipped] == -np.inf), name
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 30, 31, 200])
+def test_median_is_numpys_bit_for_bit(n):
+    """``median`` (one partition) stands in for ``np.median`` in the rules: the same bits,
+    signed zeros (numpy's mean turns a -0.0 median into 0.0) and NaN included."""
+    from rlguard.stats import median
+
+    def same(a: float, b: float) -> bool:
+        return np.float64(a).tobytes() == np.float64(b).tobytes() or (a != a and b != b)
+
+    for seed in range(5):
+        for name, x in streams(seed, n):
+            assert same(median(x), float(np.median(x))), (name, n)
+            assert same(median(list(x)), float(np.median(x))), (name, n)
+            y = x.copy()
+            y[n // 2] = np.nan
+            assert np.isnan(median(y)), (name, n)
+    assert same(median(np.full(n, -0.0)), float(np.median(np.full(n, -0.0))))

@@ -278,8 +278,10 @@ class Recent:
             self.max_seen = max(self.max_seen, float(finite.max()))
             self.min_seen = min(self.min_seen, float(finite.min()))
 
-    def to_dict(self) -> dict:
-        return {"seq": self.seq.tolist(), "values": self.values.tolist(),
+    def to_dict(self, arrays: bool = False) -> dict:
+        """``arrays``: ``seq`` and ``values`` as the arrays held (see ``Feeds.state_dict``)."""
+        seq, values = (self.seq, self.values) if arrays else (self.seq.tolist(), self.values.tolist())
+        return {"seq": seq, "values": values,
                 "max_seen": None if not np.isfinite(self.max_seen) else self.max_seen,
                 "min_seen": None if not np.isfinite(self.min_seen) else self.min_seen}
 

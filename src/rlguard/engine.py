@@ -20,7 +20,7 @@ from .columns import Column
 from .detectors import DETECTORS, FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Scan
 from .feeds import Feed, Feeds, release
 from .rulespec import Guard, Rule
-from .stats import mad_sigma
+from .stats import mad_sigma, median
 
 
 @dataclass
@@ -294,7 +294,7 @@ def _same_record_spike(z: float, seq: np.ndarray, sseq: np.ndarray, svals: np.nd
         prev = prev[np.isfinite(prev)]
         if len(prev) < min_history:
             continue
-        med = float(np.median(prev))
+        med = median(prev)
         scale = max(mad_sigma(prev, med), 0.05 * abs(med), 1e-12)
         # and clear of everything the window held (a metric that is still trending up, as KL
         # does early in a run, sets a new maximum every record, but only by a little)

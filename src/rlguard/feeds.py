@@ -117,7 +117,11 @@ class Feeds(dict):
         for feed in self.values():
             feed.commit()
 
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, arrays: bool = False) -> dict[str, Any]:
+        """``arrays``: the values and steps as the arrays held (for ``rlguard.daemon.codec.encode``,
+        at once), else as lists."""
+        if arrays:
+            return {k: {"values": f.values, "steps": f.steps} for k, f in self.items()}
         return {k: {"values": f.values.tolist(), "steps": None if f.steps is None else f.steps.tolist()}
                 for k, f in self.items()}
 

@@ -289,12 +289,14 @@ class Watchdog:
                 if a.status == "firing" and k in self.instances and self.instances[k].firing]
 
     # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Any]:
+    def state_dict(self, arrays: bool = False) -> dict[str, Any]:
+        """``arrays``: the long series (feeds, recent values) as the numpy arrays held, for an
+        encoder that writes them at once (``rlguard.daemon.codec.encode``); else plain JSON."""
         return {
             "version": STATE_VERSION, "run": self.run, "seq": self.seq, "first_step": self.first_step,
             "sources": self.naming.source, "duplicates": self.duplicates, "summaries": self.summaries,
             "instances": {k: i.state_dict() for k, i in self.instances.items()},
-            "recent": {k: r.to_dict() for k, r in self.recent.items()},
+            "recent": {k: r.to_dict(arrays) for k, r in self.recent.items()},
             "best": None if self.best is None else {**vars(self.best), "history": list(self.best.history)},
             "alerts": [a.to_dict() for a in self.alerts[-1000:]],
             "stop": None if self.stop_decision is None else self.stop_decision.to_dict(),
@@ -302,7 +304,7 @@ class Watchdog:
             "dense": self._dense,
             "finite_seen": sorted(self._finite_seen),
             "incidents": self.incidents.state_dict(),
-            "feeds": self.feeds.state_dict(),
+            "feeds": self.feeds.state_dict(arrays),
         }
 
     def load_state_dict(self, s: Mapping[str, Any]) -> None:

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from rlguard.daemon.codec import MIN_LEN, pack, unpack
+import numpy as np
+
+from rlguard.daemon.codec import MIN_LEN, encode, pack, unpack
 from rlguard.daemon.store import Store
 from rlguard.sources.base import LogRecord
 from rlguard.watchdog import Watchdog
@@ -67,6 +69,30 @@ def test_a_watchdog_restored_from_the_store_decides_as_one_never_stopped(tmp_pat
     assert got == whole
 
 
+def test_encode_packs_arrays_and_reads_back_as_the_plain_state():
+    """The daemon's saves: ``state_dict(arrays=True)`` through :func:`encode` reads back (with
+    :func:`unpack`) as the plain state, bit for bit; its float series are packed; a state that
+    is not JSON (a set) is a TypeError, as ``json.dumps`` gives."""
+    wd = Watchdog(run="r")
+    recs = _records(random.Random(5), 1, 200)
+    recs[50].metrics["loss"] = math.nan
+    wd.ingest(recs)
+    plain, arrays = wd.state_dict(), wd.state_dict(arrays=True)
+    assert any(isinstance(f["values"], np.ndarray) for f in arrays["feeds"].values())
+    text = encode(arrays)
+    back = unpack(json.loads(text))
+    assert json.dumps(back, allow_nan=True) == json.dumps(plain, allow_nan=True)
+    assert '"f64"' in text and len(text) <= 1.05 * len(json.dumps(pack(plain), allow_nan=True))
+    again = Watchdog(run="r")
+    again.load_state_dict(back)
+    more = _records(random.Random(6), 201, 60)
+    assert [(d.step, d.reason) for d in again.ingest(more)] == [(d.step, d.reason) for d in wd.ingest(more)]
+    short, ints = np.arange(MIN_LEN - 1, dtype=float), np.arange(40)
+    assert json.loads(encode({"a": short, "b": ints})) == {"a": short.tolist(), "b": ints.tolist()}
+    with pytest.raises(TypeError):
+        encode({"s": {1, 2}})
+
+
 def test_nested_containers_are_packed_at_any_depth():
     tail = [0.5 + i for i in range(MIN_LEN)]
     state = {"x": [[tail, 1, "s"], {"deep": {"tail": tail, "n": None}}], "plain": 3.0, "ok": True}
@@ -98,8 +124,8 @@ def test_rows_are_encoded_as_they_come_one_state_at_a_time(tmp_path, monkeypatch
     import rlguard.daemon.store as store_mod
 
     encoded = []
-    real = store_mod.pack
-    monkeypatch.setattr(store_mod, "pack", lambda w: encoded.append(w) or real(w))
+    real = store_mod.encode
+    monkeypatch.setattr(store_mod, "encode", lambda w: encoded.append(w) or real(w))
     monkeypatch.setattr(store_mod, "_BATCH", 3)
     wd = Watchdog(run="r")
     wd.ingest([LogRecord(s, {"loss": 1.0 / s, "kl": 0.01 * s}, s) for s in range(1, 40)])
@@ -108,7 +134,7 @@ def test_rows_are_encoded_as_they_come_one_state_at_a_time(tmp_path, monkeypatch
         for k in range(n):
             assert len(encoded) == k, "the store asked for a row before encoding the one before"
             info = {"bad": object()} if k == 4 else {}  # not JSON: left out, the others written
-            yield f"/logs/run{k}/m.jsonl", f"run{k}", {"offset": k}, wd.state_dict(), info
+            yield f"/logs/run{k}/m.jsonl", f"run{k}", {"offset": k}, wd.state_dict(arrays=True), info
 
     store = Store(tmp_path / "state")
     written, changes = store.save_rows(rows(8))

@@ -28,7 +28,7 @@ import socket
 from pathlib import Path
 
 from ..errors import InputError
-from .codec import pack, unpack
+from .codec import encode, unpack
 from .shard import ShardSpec, owner_of
 
 log = logging.getLogger("rlguard.daemon")
@@ -65,8 +65,7 @@ class HandoffStore:
 
     def write(self, key: str, record: dict) -> None:
         path = self._path(key)
-        body = json.dumps({"v": VERSION, "key": key, "owner": str(self.spec), **pack(record)},
-                          allow_nan=True, separators=(",", ":"))
+        body = encode({"v": VERSION, "key": key, "owner": str(self.spec), **record}, compact=True)
         _atomic(path, body.encode())
 
     # ---------------------------------------------------------------- shard markers

@@ -235,14 +235,14 @@ class RunMonitor:
 
     def _track(self, records, now: float) -> None:
         for name, (value, step) in self.watchdog.latest().items():
-            self.info.latest[name] = [value if math.isfinite(value) else None, step]
+            self.info.latest[name] = (value if math.isfinite(value) else None, step)  # (replaced, never changed)
         self.info.last_step = records[-1].step
 
     def snapshot(self, idle: bool = True) -> RunSnapshot:
         """A copy for readers; ``idle=False`` skips the idle-rules note (what /metrics does not
         show: it costs a pass over the rules per run at every scrape)."""
-        info = self.info
-        return RunSnapshot(self.run, str(self.found.run_dir), self.log, {k: list(v) for k, v in info.latest.items()},
+        info = self.info  # (``latest``: a shallow copy; its entries are replaced whole, never changed)
+        return RunSnapshot(self.run, str(self.found.run_dir), self.log, dict(info.latest),
                            list(self.watchdog.firing()), dict(info.alerts_total), info.last_update, info.last_step,
                            info.stalled, info.stop_state or ("requested" if info.stopped else None), info.stopped,
                            info.parse_errors, info.dropped_metrics, info.last_error,
@@ -350,7 +350,9 @@ class RunMonitor:
         return fresh
 
     def saved(self) -> tuple[str, str, dict, dict, dict]:
-        return self.path, self.run, self.tail_saved, self.watchdog.state_dict(), info_dict(self.info)
+        """(key, run, tail, watchdog state, info): a store row. The state's long series are the
+        watchdog's own arrays: encode it at once (``codec.encode``), before the run reads more."""
+        return self.path, self.run, self.tail_saved, self.watchdog.state_dict(arrays=True), info_dict(self.info)
 
 
 def info_dict(info: RunInfo) -> dict:

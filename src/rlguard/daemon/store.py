@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import RLGuardError
-from .codec import pack, unpack
+from .codec import encode, unpack
 from .view import Changes
 
-Row = tuple[str, str, dict, dict, dict]  # key, run, tail, watchdog state, info: what RunMonitor.saved gives
+Row = tuple[str, str, dict, dict, dict]  # key, run, tail, watchdog state (arrays kept), info: RunMonitor.saved
 _BATCH = 200  # encoded rows written at a time (one transaction in all)
 
 log = logging.getLogger("rlguard.daemon")
@@ -156,7 +156,7 @@ class Store:
                 seen += 1
                 try:
                     good.append((_key(k), r.encode("utf-8", "replace").decode(), json.dumps(t),
-                                 json.dumps(pack(w), allow_nan=True), json.dumps(i, allow_nan=True)))
+                                 encode(w), json.dumps(i, allow_nan=True)))
                 except (TypeError, ValueError) as exc:
                     bad.append((k, f"{type(exc).__name__}: {exc}"))
                 if len(good) >= _BATCH:

@@ -21,7 +21,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import best_split_l2, mad_sigma, past_shifts_sd
+from ..stats import best_split_l2, mad_sigma, median, past_shifts_sd
 from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
 
 
@@ -151,7 +151,7 @@ class ChangePoint(Detector):
         if len(seg) - b < p.min_size or b < p.min_size:
             return None
         pre, post = seg[:b], seg[b:]
-        m0, m1 = float(np.median(pre)), float(np.median(post))
+        m0, m1 = float(median(pre)), float(median(post))
         shift = m1 - m0
         sigma = max(mad_sigma(np.diff(pre)) / np.sqrt(2.0),
                     p.rel_floor * abs(m0), quantum, 1e-12)
@@ -166,7 +166,7 @@ class ChangePoint(Detector):
                                                    p.history, p.min_history):
             return None
         mid, side = (m0 + m1) / 2.0, np.sign(shift)
-        if np.mean(side * (post - mid) > 0) < 0.8 or side * (np.median(post[-3:]) - mid) <= 0:
+        if np.mean(side * (post - mid) > 0) < 0.8 or side * (median(post[-3:]) - mid) <= 0:
             return None  # a mixture or an excursion that already ended, not a new level
         return (shift / abs(m0) if m0 else np.inf), m0, int(ssteps[b])
 
@@ -209,7 +209,7 @@ def _wander(pre: np.ndarray, sigma: float) -> float:
     """How much a segment's slow wander inflates the standard error of its median: its own
     spread over the sample-to-sample noise ``sigma`` (1 for white noise), times the
     effective-sample-size factor of its lag-1 autocorrelation."""
-    x = pre - np.median(pre)
+    x = pre - median(pre)
     spread = mad_sigma(pre)
     d = x - x.mean()
     den = float(np.dot(d, d))

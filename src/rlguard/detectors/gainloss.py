@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import block_noise
+from ..stats import block_noise, median
 from .base import UNKNOWN, Chunk, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
 from .level import Early, Rolling
 
@@ -148,7 +148,7 @@ class Drift(Early):
         self._note_early(chunk, p.ref_window)
         _, level, first = self._levels(chunk, p.window - 1)
         n = len(level)
-        start = float(np.median(self.early)) if self.early else np.nan
+        start = float(median(self.early)) if self.early else np.nan
         sign = 1.0 if p.direction == "up" else -1.0
         moved = sign * (level - start)
         trig = (moved >= max(p.min_delta, chunk.quantum)) & (np.abs(level) >= p.min_factor * abs(start))
@@ -223,7 +223,7 @@ class Trend(Rolling):
             if sign * z < p.z:
                 continue  # judged fine on S alone: the slope (two medians) is not needed
             change = float(np.median(d / span)) * (k - 1)  # Theil-Sen slope x the window's span
-            med = abs(float(np.median(w)))
+            med = abs(float(median(w)))
             rel = abs(change) / med if med > 0 else np.inf
             ref[j] = change
             verdict[j] = sign * change > 0 and rel >= p.min_rel_change

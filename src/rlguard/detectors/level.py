@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from ..stats import median
 from .base import (TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
                    rolling, tail_list)
 from .simple import compare
@@ -166,7 +167,7 @@ class Collapse(Rolling):
             cand = rolling(hist, rw, "median", last=n) if rw > 1 else chunk.values
             if rw > 1 and first < rw - 1:  # partial windows at the start of the run: lower median
                 for j in range(min(n, rw - 1 - first)):
-                    cand[j] = float(np.median(hist[: len(hist) - n + j + 1][-rw:]))
+                    cand[j] = float(median(hist[: len(hist) - n + j + 1][-rw:]))
         acc = np.maximum.accumulate(np.concatenate([[self.ref], cand]))
         run, before = acc[1:], acc[:-1]
         idx = np.where(cand > before, np.arange(n), -1)  # strictly new peaks
@@ -198,7 +199,7 @@ class Collapse(Rolling):
         elif rw == 1:
             cand = float(chunk.values[0])
         elif first < rw - 1:  # a partial window at the start of the run: lower median
-            cand = float(np.median(hist[-rw:]))
+            cand = float(median(hist[-rw:]))
         else:
             cand = float(rolling(hist, rw, "median", last=1)[0])
         new = cand > self.ref  # a strictly new peak
@@ -232,7 +233,7 @@ class Collapse(Rolling):
             if ok and p.max_spread is not None:
                 ok = prev.min() > 0 and prev.max() <= p.max_spread * prev.min()
             if ok and p.recent_ratio is not None:
-                ok = level[j] <= p.recent_ratio * float(np.median(prev))
+                ok = level[j] <= p.recent_ratio * float(median(prev))
             out[i] = ok
         return out
 
@@ -280,7 +281,7 @@ class Saturation(Early):
         held = self._early_median
         if held is not None and held[0] == len(self.early):
             return held[1]
-        med = float(np.median(self.early)) if self.early else np.nan
+        med = float(median(self.early)) if self.early else np.nan
         self._early_median = (len(self.early), med)
         return med
 

@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import MAD_TO_SIGMA, median_mad, median_mad_rows, sorted_unique, window_max
+from ..stats import MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_unique, window_max
 from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list,
                    quantile_rows, register, windows)
 
@@ -89,7 +89,7 @@ class Spike(Detector):
             trig &= chunk.values >= p.min_ratio * np.abs(med)
             if p.long_window is not None:  # only where the rule would trigger
                 for j in np.flatnonzero(trig):
-                    usual = np.median(hist[max(0, local[j] - p.long_window): max(local[j], 1)])
+                    usual = median(hist[max(0, local[j] - p.long_window): max(local[j], 1)])
                     trig[j] = chunk.values[j] >= p.min_ratio * abs(float(usual))
         if p.min_abs_delta:
             trig &= np.abs(chunk.values - med) >= p.min_abs_delta
@@ -120,7 +120,7 @@ class Spike(Detector):
             trig = trig and v >= p.min_ratio * abs(med)
             if trig and p.long_window is not None:
                 local = start - self.seen + len(hist) - 1
-                usual = np.median(hist[max(0, local - p.long_window): max(local, 1)])
+                usual = median(hist[max(0, local - p.long_window): max(local, 1)])
                 trig = v >= p.min_ratio * abs(float(usual))
         if p.min_abs_delta:
             trig = trig and abs(v - med) >= p.min_abs_delta

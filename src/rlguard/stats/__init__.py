@@ -20,7 +20,7 @@ one; and it would add a compiled dependency (and its own transitive ones) to a m
 that keeps to numpy, pydantic and PyYAML. The per-update cost of the incremental forms here
 matches River's (a binary search into a sorted window; O(1) for EW statistics).
 """
-from .order import (RollingMedian, median_rows, rolling_median, sorted_unique, upper_median, upper_median_rows,
+from .order import (RollingMedian, median, median_rows, rolling_median, sorted_unique, upper_median, upper_median_rows,
                     window_max, windows)
 from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
                      past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se)
@@ -28,7 +28,7 @@ from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
 from .shared import shared_rolling_median, sharing
 from .split import best_split_l2
 
-__all__ = ["RollingMedian", "median_rows", "rolling_median", "sorted_unique", "upper_median", "upper_median_rows",
+__all__ = ["RollingMedian", "median", "median_rows", "rolling_median", "sorted_unique", "upper_median", "upper_median_rows",
            "window_max", "windows",
            "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
            "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",

@@ -32,6 +32,25 @@ def upper_median(x: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.partition(x, k, axis=axis).take(k, axis=axis)
 
 
+def median(x) -> float:
+    """``float(np.median(x))`` of a 1-D array of floats, bit for bit, through one partition:
+    numpy's median adds argument handling, a NaN check and a ``mean`` call that cost several
+    times the work on the short windows rules read. As numpy does, the partition also puts
+    the largest value last, so a NaN anywhere gives NaN."""
+    x = np.asarray(x, dtype=float)
+    n = len(x)
+    if n == 0 or x.ndim != 1:
+        return float(np.median(x))  # (numpy's NaN and warning for an empty window)
+    k = n // 2
+    if n % 2:  # (numpy's mean adds to 0.0: a -0.0 median comes out 0.0, here too)
+        part = np.partition(x, (k, n - 1))
+        v = 0.0 + float(part[k])
+    else:
+        part = np.partition(x, (k - 1, k, n - 1))
+        v = (0.0 + float(part[k - 1]) + float(part[k])) / 2.0
+    return v if part[n - 1] == part[n - 1] else float("nan")
+
+
 def median_rows(view: np.ndarray) -> np.ndarray:
     """``np.median(view, axis=1)`` for finite rows, bit for bit, through one partition (numpy's
     median adds NaN checks and a mean call that cost more than the work on 30-sample windows)."""

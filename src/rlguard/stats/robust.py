@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .order import median_rows, windows
+from .order import median, median_rows, windows
 
 #: MAD -> standard deviation for normal data
 MAD_TO_SIGMA = 1.4826
@@ -20,8 +20,8 @@ MIN_BLOCKS = 8
 def mad_sigma(x: np.ndarray, center: float | None = None) -> float:
     """1.4826 x the median absolute deviation of ``x`` about ``center`` (its median)."""
     x = np.asarray(x, dtype=float)
-    c = float(np.median(x)) if center is None else center
-    return MAD_TO_SIGMA * float(np.median(np.abs(x - c)))
+    c = median(x) if center is None else center
+    return MAD_TO_SIGMA * median(np.abs(x - c))
 
 
 def robust_sigma_of_diffs(x: np.ndarray) -> float:
@@ -29,8 +29,8 @@ def robust_sigma_of_diffs(x: np.ndarray) -> float:
     fewer than 3 values."""
     if len(x) < 3:
         return float("nan")
-    d = np.diff(x)
-    mad = np.median(np.abs(d - np.median(d)))
+    d = np.diff(np.asarray(x, dtype=float))
+    mad = median(np.abs(d - median(d)))
     return float(MAD_TO_SIGMA * mad / np.sqrt(2.0))
 
 
@@ -139,8 +139,9 @@ def median_mad_rows(view: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def median_mad(x: np.ndarray) -> tuple[float, float]:
     """:func:`median_mad_rows` of one 1-D array (``np.median`` and the unscaled MAD)."""
-    med = float(np.median(x))
-    return med, float(np.median(np.abs(x - med)))
+    x = np.asarray(x, dtype=float)
+    med = median(x)
+    return med, median(np.abs(x - med))
 
 
 def eval_noise(hist: np.ndarray) -> float:
