@@ -236,3 +236,62 @@ def test_new_run_is_seen_within_one_poll_interval(tmp_path, daemon_factory):
     seen = time.time() - t0
     assert seen < 0.3 + 0.5, seen  # one poll interval, plus a scrape's latency
     d.stop()
+
+
+def test_listings_are_read_again_only_when_the_directory_changed(tmp_path, monkeypatch):
+    """The daemon's follow targets list each run's dirs at every poll: a listing is kept with
+    the directory's mtime and read again when the mtime moves (an entry added, removed,
+    renamed); one read within RACY_NS of the last change is not trusted (coarse mtimes)."""
+    import os
+
+    from rlguard.sources import listing
+
+    reads = []
+    real = os.listdir
+    monkeypatch.setattr(listing.os, "listdir", lambda d: reads.append(d) or real(d))
+    cache = listing.Listings()
+    d = tmp_path / "out"
+    d.mkdir()
+    (d / "checkpoint-5").mkdir()
+    old = 1_700_000_000_000_000_000
+    os.utime(d, ns=(old, old))  # changed long ago: the listing is trusted
+    assert cache.names(str(d)) == ["checkpoint-5"] and cache.names(str(d)) == ["checkpoint-5"]
+    assert len(reads) == 1
+    (d / "checkpoint-10").mkdir()  # a new entry moves the mtime: read again
+    assert sorted(cache.names(str(d))) == ["checkpoint-10", "checkpoint-5"] and len(reads) == 2
+    assert sorted(cache.names(str(d))) == ["checkpoint-10", "checkpoint-5"]
+    assert len(reads) == 3, "a listing read just after a change is read again at the next ask"
+    os.utime(d, ns=(old + 1, old + 1))
+    cache.names(str(d))
+    cache.names(str(d))
+    assert len(reads) == 4
+    (d / "checkpoint-5").rmdir()
+    os.utime(d, ns=(old + 1, old + 1))  # the mtime the listing was held with (a coarse clock):
+    assert sorted(cache.names(str(d))) == ["checkpoint-10", "checkpoint-5"]  # the documented blind spot
+    assert cache.names(str(tmp_path / "gone")) is None
+    assert cache.names(str(d / "checkpoint-10" / "nothing")) is None
+
+
+def test_a_new_checkpoint_is_followed_at_the_next_poll(tmp_path):
+    """``follow_target`` through the cached listings still moves to a checkpoint saved since the
+    last poll, and to a TensorBoard file that appears under runs/."""
+    import json
+    import os
+
+    from rlguard.sources.layout import Found, follow_target
+
+    out = tmp_path / "out"
+    (out / "checkpoint-5").mkdir(parents=True)
+    (out / "checkpoint-5" / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    found = Found(str(out), str(out), str(out / "checkpoint-5" / "trainer_state.json"), "hf_output")
+    assert follow_target(found, "trainer_state").endswith("checkpoint-5/trainer_state.json")
+    assert follow_target(found, "trainer_state").endswith("checkpoint-5/trainer_state.json")
+    (out / "checkpoint-10").mkdir()
+    (out / "checkpoint-10" / "trainer_state.json").write_text(json.dumps({"log_history": []}))
+    later = os.stat(out / "checkpoint-5" / "trainer_state.json").st_mtime_ns + 10**9
+    os.utime(out / "checkpoint-10" / "trainer_state.json", ns=(later, later))
+    assert follow_target(found, "trainer_state").endswith("checkpoint-10/trainer_state.json")
+    tb = out / "runs" / "stamp"
+    tb.mkdir(parents=True)
+    (tb / "events.out.tfevents.1.host").write_bytes(b"")
+    assert follow_target(found, None).endswith("events.out.tfevents.1.host")

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LogFormatError
+from .listing import LISTINGS
 
 #: file names that say nothing about the run: the run is named after the directory
 GENERIC = {"trainer_state", "metrics", "log", "train", "output", "stdout", "events", "history"}
@@ -107,9 +108,8 @@ def hf_log(d: str, kind: str | None = None) -> str | None:
     """The log to follow in HF output dir ``d`` now: its newest TensorBoard file under
     ``runs/*/``, else the newest ``trainer_state.json`` (checkpoints and top level, by mtime).
     ``kind`` ("tensorboard" or "trainer_state") keeps a run on the kind it started with."""
-    try:
-        names = os.listdir(d)
-    except OSError:
+    names = LISTINGS.names(d)
+    if names is None:
         return None
     if kind in (None, "tensorboard") and "runs" in names:
         tb = _newest(_tb_files(os.path.join(d, "runs")))
@@ -122,17 +122,10 @@ def hf_log(d: str, kind: str | None = None) -> str | None:
 
 
 def _tb_files(runs: str) -> list[str]:
-    out = []
-    try:
-        stamps = os.listdir(runs)
-    except OSError:
-        return out
-    for s in stamps:
+    out: list[str] = []
+    for s in LISTINGS.names(runs) or ():
         sd = os.path.join(runs, s)
-        try:
-            out += [os.path.join(sd, f) for f in os.listdir(sd) if _is_tb(f)]
-        except OSError:
-            continue
+        out += [os.path.join(sd, f) for f in LISTINGS.names(sd) or () if _is_tb(f)]
     return out
 
 
@@ -171,10 +164,8 @@ def follow_target(found: Found, kind: str | None) -> str | None:
     if found.layout == "hf_output":
         return hf_log(found.key, kind)
     if found.layout == "tensorboard":
-        try:
-            return _newest([os.path.join(found.key, f) for f in os.listdir(found.key) if _is_tb(f)])
-        except OSError:
-            return None
+        names = LISTINGS.names(found.key)
+        return None if names is None else _newest([os.path.join(found.key, f) for f in names if _is_tb(f)])
     return found.log
 
 
