@@ -227,6 +227,9 @@ def test_screens_never_change_a_verdict(name, params, monkeypatch):
         with_screen = [cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict]
         det = cls(cls.Params(**params))
         with_screen.append(np.concatenate([det.scan(Chunk(steps[s], x[s])).verdict for s in chunked]))
+        det = cls(cls.Params(**params))  # a live run's few records at a time (the sample-by-sample path)
+        few = [slice(i, i + 6) for i in range(0, len(x), 6)]
+        with_screen.append(np.concatenate([det.scan(Chunk(steps[s], x[s])).verdict for s in few]))
         with monkeypatch.context() as m:
             m.setattr(cls, "_possible", lambda self, v, *a, **k: np.ones(len(v), dtype=bool))
             full = cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict

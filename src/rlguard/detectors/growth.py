@@ -19,6 +19,11 @@ from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, win
 from .level import Rolling
 
 
+#: chunks of at most this many records are judged sample by sample (a live run's); longer ones,
+#: a replay's, by the batch path
+SMALL = 16
+
+
 @register
 class Growth(Rolling):
     """The rolling median grew to k times a lagged baseline window (an exponential run-away)."""
@@ -50,9 +55,8 @@ class Growth(Rolling):
         keep = p.lag + max(p.baseline_window, p.long_window or 0) + p.window + p.refresh
         hist, level, first = self._levels(chunk, keep)
         n = len(level)
-        c = self._block
-        if n == 1 and c is not None and first - first % p.refresh == c[0]:
-            return self._scan_one(hist, level, first, chunk.quantum, c)
+        if 0 < n <= SMALL:  # a live run's few records: sample by sample, a baseline per block
+            return self._scan_small(hist, level, first, chunk.quantum)
         off = len(hist) - n  # index in hist of the first new sample
         absolute = first + np.arange(n)
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
@@ -72,23 +76,50 @@ class Growth(Rolling):
             verdict[fine] = 0  # screened: a positive baseline no sample of it could exceed enough
         return Scan(verdict, ratio, base, level=level)
 
-    def _scan_one(self, hist: np.ndarray, level: np.ndarray, first: int, quantum: float, block: tuple) -> Scan:
-        """:meth:`scan` of a one-record chunk inside the block whose baseline is kept (a live
-        run), in plain floats: the same operations on the same doubles."""
+    def _scan_small(self, hist: np.ndarray, level: np.ndarray, first: int, quantum: float) -> Scan:
+        """:meth:`scan` of a few records, sample by sample in plain floats: the same operations
+        on the same doubles, each block's baseline computed once (:meth:`_block_baseline`,
+        kept for the next chunk), without numpy's per-call cost on arrays of a few values.
+        Where the batch path screens a block out (no sample could trigger), this one computes
+        its median and finds no trigger: the same verdicts."""
         p = self.p
-        _, base, top = block
-        lower = float(level[0]) - quantum / 2.0
-        ratio = lower / base if base > 0 else np.nan
-        trig = ratio >= p.min_factor and lower > p.min_value
-        if p.over_baseline_max is not None:
-            trig = trig and lower >= p.over_baseline_max * top
-        if trig and p.long_window is not None:
-            end = first - first % p.refresh - first + len(hist) - 1 - p.lag
-            usual = upper_median(hist[max(0, end - p.long_window): max(end, 1)])
-            trig = lower >= p.min_factor * usual
-        verdict = int(trig) if ratio == ratio and abs(ratio) != np.inf else UNKNOWN
-        return Scan(np.array([verdict], dtype=np.int8), np.array([ratio], dtype=float),
-                    np.array([base], dtype=float), level=level)
+        n = len(level)
+        off = len(hist) - n
+        c, usual = self._block, None  # usual: (block, the long window's median)
+        verdict, ratios, bases = [], [], []
+        for j, lv in enumerate(level.tolist()):
+            a = first + j
+            start = a - a % p.refresh  # samples of a block share one baseline
+            end = start - first + off - p.lag  # baseline = hist[end - baseline_window: end]
+            if c is None or c[0] != start:
+                c = self._block = (start, *self._block_baseline(hist, end))
+            _, base, top = c
+            lower = lv - quantum / 2.0
+            ratio = lower / base if base > 0 else np.nan
+            trig = ratio >= p.min_factor and lower > p.min_value
+            if p.over_baseline_max is not None:
+                trig = trig and lower >= p.over_baseline_max * top
+            if trig and p.long_window is not None:
+                if usual is None or usual[0] != start:
+                    usual = (start, upper_median(hist[max(0, end - p.long_window): max(end, 1)]))
+                trig = lower >= p.min_factor * usual[1]
+            verdict.append(int(trig) if ratio == ratio and abs(ratio) != np.inf else UNKNOWN)
+            ratios.append(ratio)
+            bases.append(base)
+        return Scan(np.array(verdict, dtype=np.int8), np.array(ratios, dtype=float), np.array(bases, dtype=float),
+                    level=level)
+
+    def _block_baseline(self, hist: np.ndarray, end: int) -> tuple[float, float]:
+        """(median, max) of the baseline window ending at ``hist[end]`` (partial early in the
+        run; NaN before ``min_baseline`` samples), as :meth:`_baseline` gives it."""
+        p = self.p
+        if end - p.baseline_window >= 0:
+            w = hist[end - p.baseline_window: end]
+        elif end >= p.min_baseline:
+            w = hist[:end]
+        else:
+            return np.nan, np.nan
+        return float(upper_median(w)), float(w.max())
 
     def _baseline(self, hist: np.ndarray, block: np.ndarray, end: np.ndarray,
                   lower: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:

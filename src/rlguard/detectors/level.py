@@ -120,6 +120,11 @@ class Early(Rolling):
         self._early_median = None
 
 
+#: chunks of at most this many records are judged sample by sample (a live run's); longer ones,
+#: a replay's, by the batch path
+SMALL = 16
+
+
 @register
 class Collapse(Rolling):
     """The rolling median fell to a fraction of its highest rolling median (entropy, KL, reward
@@ -158,8 +163,8 @@ class Collapse(Rolling):
         keep = max(p.window, rw or 1, calm) - 1
         hist, level, first = self._levels(chunk, keep)
         n = len(level)
-        if n == 1:
-            return self._scan_one(chunk, hist, level, first)
+        if 0 < n <= SMALL:
+            return self._scan_small(chunk, hist, level, first)
         pos = first + np.arange(n)
         if rw is None:  # the reference is the peak of the rolling median, counted once windows are full
             cand = np.where(pos >= p.window - 1, level, -np.inf)
@@ -189,32 +194,44 @@ class Collapse(Rolling):
             self.ref, self.ref_step = float(run[-1]), int(ref_step[-1])
         return Scan(verdict, ratio, run, ref_step.astype(np.int64), level=level)
 
-    def _scan_one(self, chunk: Chunk, hist: np.ndarray, level: np.ndarray, first: int) -> Scan:
-        """:meth:`scan` of a one-record chunk (a live run), in plain floats: the same operations
-        on the same doubles, without numpy's per-call cost (a few microseconds each)."""
+    def _scan_small(self, chunk: Chunk, hist: np.ndarray, level: np.ndarray, first: int) -> Scan:
+        """:meth:`scan` of a few records (a live run's), sample by sample in plain floats: the
+        same operations on the same doubles, without numpy's per-call cost (a few microseconds
+        each) on arrays of a few values."""
         p, rw = self.p, self.p.ref_window
-        lv = float(level[0])
-        if rw is None:
-            cand = lv if first >= p.window - 1 else -np.inf
-        elif rw == 1:
-            cand = float(chunk.values[0])
-        elif first < rw - 1:  # a partial window at the start of the run: lower median
-            cand = float(median(hist[-rw:]))
-        else:
-            cand = float(rolling(hist, rw, "median", last=1)[0])
-        new = cand > self.ref  # a strictly new peak
-        run = cand if new else self.ref
-        ref_step = int(chunk.steps[0]) if new else self.ref_step
-        ratio = (lv + chunk.quantum / 2.0) / run if run > 0 else np.nan
-        ok = first >= p.min_history - 1 and run > p.min_reference
-        trig = bool(ratio <= p.max_ratio)
-        if p.abs_below is not None:
-            trig = trig and compare(level, chunk.quantum, None, p.abs_below)[0] == TRIGGERED
-        if p.max_spread is not None or p.recent_ratio is not None:  # judged only where it would trigger
-            ok = ok and trig and bool(self._calm(hist, 1, np.array([run]), level, np.zeros(1, dtype=np.intp))[0])
-        self.ref, self.ref_step = float(run), ref_step
-        return Scan(np.array([int(trig) if ok else UNKNOWN], dtype=np.int8), np.array([ratio], dtype=float),
-                    np.array([run], dtype=float), np.array([ref_step], dtype=np.int64), level=level)
+        n = len(level)
+        values, steps, half = chunk.values.tolist(), chunk.steps.tolist(), chunk.quantum / 2.0
+        full = None  # the rolling median of ref_window at each sample, computed once if needed
+        ref, ref_step = self.ref, self.ref_step
+        verdict, ratios, runs, ref_steps = [], [], [], []
+        for j, lv in enumerate(level.tolist()):
+            pos = first + j
+            if rw is None:
+                cand = lv if pos >= p.window - 1 else -np.inf
+            elif rw == 1:
+                cand = values[j]
+            elif pos < rw - 1:  # a partial window at the start of the run: lower median
+                cand = float(median(hist[: len(hist) - n + j + 1][-rw:]))
+            else:
+                if full is None:
+                    full = rolling(hist, rw, "median", last=n)
+                cand = float(full[j])
+            if cand > ref:  # a strictly new peak
+                ref, ref_step = cand, steps[j]
+            ratio = (lv + half) / ref if ref > 0 else np.nan
+            ok = pos >= p.min_history - 1 and ref > p.min_reference
+            trig = bool(ratio <= p.max_ratio)
+            if p.abs_below is not None:
+                trig = trig and compare(level[j: j + 1], chunk.quantum, None, p.abs_below)[0] == TRIGGERED
+            if p.max_spread is not None or p.recent_ratio is not None:  # judged only where it would trigger
+                ok = ok and trig and bool(self._calm(hist, n, np.full(n, ref), level, np.array([j]))[0])
+            verdict.append(int(trig) if ok else UNKNOWN)
+            ratios.append(ratio)
+            runs.append(ref)
+            ref_steps.append(ref_step)
+        self.ref, self.ref_step = float(ref), int(ref_step)
+        return Scan(np.array(verdict, dtype=np.int8), np.array(ratios, dtype=float), np.array(runs, dtype=float),
+                    np.array(ref_steps, dtype=np.int64), level=level)
 
     def _calm(self, hist: np.ndarray, n: int, ref: np.ndarray, level: np.ndarray,
               where: np.ndarray) -> np.ndarray:

@@ -22,6 +22,11 @@ from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, kee
                    quantile_rows, register, windows)
 
 
+#: chunks of at most this many records are judged sample by sample (a live run's); longer ones,
+#: a replay's, by the batch path
+SMALL = 16
+
+
 @register
 class Spike(Detector):
     """A robust z-score (the rolling median and MAD of the window before, floored) above z."""
@@ -63,9 +68,8 @@ class Spike(Detector):
         p = self.p
         hist = extend_tail(self.tail, chunk.values)
         n, off = len(chunk.values), len(hist) - len(chunk.values)
-        c = self._block
-        if n == 1 and c is not None and self.seen - self.seen % p.refresh == c[0]:
-            return self._scan_one(hist, chunk, c)
+        if 0 < n <= SMALL:  # a live run's few records: sample by sample, a baseline per block
+            return self._scan_small(hist, chunk)
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
@@ -100,36 +104,63 @@ class Spike(Detector):
         self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
         return Scan(verdict, z, med)
 
-    def _scan_one(self, hist: np.ndarray, chunk: Chunk, block: tuple) -> Scan:
-        """:meth:`scan` of a one-record chunk inside the block whose baseline is kept (four
-        records in five of a live run), in plain floats: the same operations on the same
-        doubles (NaN propagating as numpy's maximum does), without numpy's per-call cost."""
+    def _scan_small(self, hist: np.ndarray, chunk: Chunk) -> Scan:
+        """:meth:`scan` of a few records, sample by sample in plain floats: the same operations
+        on the same doubles (NaN propagating as numpy's maximum does), each block's baseline
+        computed once (:meth:`_block_baseline`, kept for the next chunk), without numpy's
+        per-call cost on arrays of a few values. Where the batch path screens a block out
+        (no sample of it could trigger) this one computes its baseline and finds no trigger:
+        the same verdicts."""
         p = self.p
-        v = float(chunk.values[0])
-        start, med, mad, top, sd = block
-        ok = min(start, p.window) >= p.min_history
-        spread = MAD_TO_SIGMA * mad
+        n = len(chunk.values)
+        seen, off = self.seen, len(hist) - n
+        floor = max(chunk.quantum, 1e-12)
+        c, low, usual = self._block, self.low, None  # usual: (block, the long window's median)
+        verdict, zs, meds = [], [], []
+        for j, v in enumerate(chunk.values.tolist()):
+            a = seen + j
+            start = a - a % p.refresh  # the block's baseline ends before this sample
+            if c is None or c[0] != start:
+                c = self._block = self._block_baseline(hist, start, start - seen + off)
+            _, med, mad, top, sd = c
+            spread = MAD_TO_SIGMA * mad
+            if p.surrogate == "deciles":
+                low = v if v < low else low
+                spread = _nanmax(spread, sd) if low < 0 else spread
+            scale = _nanmax(_nanmax(spread, p.rel_floor * abs(med)), floor)
+            z = (v - med) / scale
+            trig = z >= p.z if p.direction == "up" else -z >= p.z if p.direction == "down" else abs(z) >= p.z
+            if p.min_ratio is not None:
+                trig = trig and v >= p.min_ratio * abs(med)
+                if trig and p.long_window is not None:
+                    if usual is None or usual[0] != start:
+                        local = start - seen + off
+                        usual = (start, median(hist[max(0, local - p.long_window): max(local, 1)]))
+                    trig = v >= p.min_ratio * abs(float(usual[1]))
+            if p.min_abs_delta:
+                trig = trig and abs(v - med) >= p.min_abs_delta
+            if p.over_max is not None:
+                trig = trig and v >= p.over_max * top
+            verdict.append(int(trig) if min(start, p.window) >= p.min_history else UNKNOWN)
+            zs.append(z)
+            meds.append(med)
         if p.surrogate == "deciles":
-            low = v if v < self.low else self.low
-            spread = _nanmax(spread, sd) if low < 0 else spread
             self.low = low
-        scale = _nanmax(_nanmax(spread, p.rel_floor * abs(med)), max(chunk.quantum, 1e-12))
-        z = (v - med) / scale
-        trig = z >= p.z if p.direction == "up" else -z >= p.z if p.direction == "down" else abs(z) >= p.z
-        if p.min_ratio is not None:
-            trig = trig and v >= p.min_ratio * abs(med)
-            if trig and p.long_window is not None:
-                local = start - self.seen + len(hist) - 1
-                usual = median(hist[max(0, local - p.long_window): max(local, 1)])
-                trig = v >= p.min_ratio * abs(float(usual))
-        if p.min_abs_delta:
-            trig = trig and abs(v - med) >= p.min_abs_delta
-        if p.over_max is not None:
-            trig = trig and v >= p.over_max * top
-        self.seen += 1
+        self.seen += n
         self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
-        return Scan(np.array([int(trig) if ok else UNKNOWN], dtype=np.int8), np.array([z], dtype=float),
-                    np.array([med], dtype=float))
+        return Scan(np.array(verdict, dtype=np.int8), np.array(zs, dtype=float), np.array(meds, dtype=float))
+
+    def _block_baseline(self, hist: np.ndarray, start: int, local: int) -> tuple:
+        """(start, median, MAD, max, decile spread) of the window before the block starting at
+        sample ``start`` (``hist[local - window: local]``, partial early in the run; NaN while
+        fewer than ``min_history`` samples came before), as :meth:`_baseline` gives it."""
+        p = self.p
+        if local - p.window < 0 and min(start, p.window) < p.min_history:
+            return (start, np.nan, np.nan, np.nan, 0.0)
+        w = hist[max(0, local - p.window): local]
+        med, mad = median_mad(w)
+        sd = float(_deciles(w[None, :])[0]) if p.surrogate == "deciles" else 0.0
+        return (start, med, mad, float(w.max()), sd)
 
     def _baseline(self, hist, start, local, have, values, quantum):
         """Median, MAD, max and decile spread of the window before each sample's block. A
