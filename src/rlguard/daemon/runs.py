@@ -53,9 +53,11 @@ class RunInfo:
     retired: list | None = None  # the log's signature when the run was retired (see .lifecycle)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class RunSnapshot:
-    """A run as the exporter and ``rlguard status`` show it (a copy: read it without the lock)."""
+    """A run as the exporter and ``rlguard status`` show it (a copy: read it without the lock;
+    readers never change it). Not a frozen dataclass: a frozen one's ``__init__`` costs 2.6 us
+    more, a quarter of a snapshot, and a probe of 10,000 runs takes 10,000 snapshots."""
 
     run: str
     run_dir: str
@@ -243,7 +245,7 @@ class RunMonitor:
         show: it costs a pass over the rules per run at every scrape)."""
         info = self.info  # (``latest``: a shallow copy; its entries are replaced whole, never changed)
         return RunSnapshot(self.run, str(self.found.run_dir), self.log, dict(info.latest),
-                           list(self.watchdog.firing()), dict(info.alerts_total), info.last_update, info.last_step,
+                           self.watchdog.firing(), dict(info.alerts_total), info.last_update, info.last_step,
                            info.stalled, info.stop_state or ("requested" if info.stopped else None), info.stopped,
                            info.parse_errors, info.dropped_metrics, info.last_error,
                            self.watchdog.idle_note() if idle else None,
