@@ -191,3 +191,31 @@ def test_the_fleet_returns_what_went_wrong_instead_of_calling_into_the_daemon(tm
     assert fleet.publish(runs, [mon.path]) == [("handoff", None)]
     assert fleet.store.read(mon.path)["run"] == "r1"
     assert fleet.publish(runs, []) == []  # nothing written: no news either way
+
+
+def test_changed_runs_are_published_a_share_at_each_save_the_longest_waiting_first(tmp_path):
+    """``periodic`` (at every save) publishes the share of the changed runs that the time since
+    its last call is of ``handoff_interval``, the longest waiting first, and all of them once a
+    whole interval went by: each record is about one interval old at most, and 10,000 runs are
+    not written (under the daemon's lock) in one go."""
+    from rlguard.daemon.runs import RunMonitor
+    from rlguard.rulespec import load_packs
+
+    fleet = _fleet(tmp_path, "0/1")  # handoff_interval 60, clock at 1000
+    runs = {}
+    for i in range(12):
+        log = tmp_path / "logs" / f"r{i:02d}" / "metrics.jsonl"
+        log.parent.mkdir(parents=True)
+        log.write_text(json.dumps({"step": 1, "loss": 0.5}) + "\n")
+        mon = RunMonitor(Found(str(log.parent), str(log), "x", "file"), f"r{i:02d}", load_packs([]))
+        runs[mon.path] = mon
+    keys = sorted(runs)
+    published = lambda: sorted(k for k in keys if fleet.store.read(k) is not None)  # noqa: E731
+    fleet.periodic(runs, 1015.0, keys[:8])  # a quarter of the interval: a quarter of the 8 waiting
+    assert published() == keys[:2]
+    fleet.periodic(runs, 1030.0, keys[8:])  # 10 waiting, a quarter: the 3 that waited longest
+    assert published() == keys[:5]
+    fleet.periodic(runs, 1030.0, [])  # no time went by: nothing more
+    assert published() == keys[:5]
+    fleet.periodic(runs, 1090.0, [keys[0]])  # a whole interval: every run waiting, keys[0] again
+    assert published() == keys and not fleet.dirty

@@ -140,8 +140,9 @@ class DaemonConfig(BaseModel):
     cluster: str | None = Field(None, max_length=128, description="a cluster label on every run's alerts and series")
     handoff_dir: str | None = Field(None, description="a directory every shard shares, where runs are handed over "
                                     "when the shard count changes")
-    handoff_interval: float = Field(60.0, gt=0, description="seconds between publications of runs' states in "
-                                    "handoff_dir (runs that alerted are published at once)")
+    handoff_interval: float = Field(60.0, gt=0, description="how old a run's published state in handoff_dir may "
+                                    "grow, about (changed runs are published a share at each save, the longest "
+                                    "waiting first; runs that alerted at once)")
     handoff_lease: float = Field(60.0, gt=0, description="seconds after which a shard that neither heartbeats nor "
                                  "released its runs is taken as dead")
 

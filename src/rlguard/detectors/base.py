@@ -97,6 +97,12 @@ class Detector(ABC):
 DETECTORS: dict[str, type[Detector]] = {}
 
 
+#: a chunk of at most this many records (a live run's) is judged sample by sample in plain
+#: floats by the detectors with such a path (numpy's per-call cost is most of the work on a few
+#: values); a longer one (a replay) by their vectorized path. Both give the same verdicts.
+SMALL = 16
+
+
 def register(cls: type[Detector]) -> type[Detector]:
     DETECTORS[cls.name] = cls
     return cls

@@ -15,13 +15,8 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import sorted_unique, window_max
-from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
+from .base import SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
 from .level import Rolling
-
-
-#: chunks of at most this many records are judged sample by sample (a live run's); longer ones,
-#: a replay's, by the batch path
-SMALL = 16
 
 
 @register

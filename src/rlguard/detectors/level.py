@@ -16,8 +16,8 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import median
-from .base import (TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
-                   rolling, tail_list)
+from .base import (SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail,
+                   register, rolling, tail_list)
 from .simple import compare
 
 
@@ -118,11 +118,6 @@ class Early(Rolling):
         super().load_state_dict(s)
         self.early = list(s.get("early", []))
         self._early_median = None
-
-
-#: chunks of at most this many records are judged sample by sample (a live run's); longer ones,
-#: a replay's, by the batch path
-SMALL = 16
 
 
 @register

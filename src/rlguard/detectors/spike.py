@@ -18,13 +18,8 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_unique, window_max
-from .base import (UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list,
+from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list,
                    quantile_rows, register, windows)
-
-
-#: chunks of at most this many records are judged sample by sample (a live run's); longer ones,
-#: a replay's, by the batch path
-SMALL = 16
 
 
 @register

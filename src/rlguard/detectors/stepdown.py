@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import mad_sigma
-from .base import UNKNOWN, Chunk, Params, Scan, fmt, register, rolling
+from .base import SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, rolling
 from .level import Rolling
 
 
@@ -69,15 +69,8 @@ class StepDown(Rolling):
         n, off = len(level), len(hist) - len(level)
         back = p.window + p.gap  # the reference ends this many samples back
         span = back + p.ref_window
-        if n == 1:  # a live run's record: the same tests on plain floats
-            e = len(hist)
-            if e < span:
-                return Scan(np.array([UNKNOWN], dtype=np.int8), np.zeros(1), np.full(1, np.nan), level=level)
-            before = float(rolling(hist[: e - back], p.ref_window, "median", last=1)[0])
-            lv = float(level[0])
-            trig = before > 0 and lv <= p.max_ratio * before and self._beyond_noise(hist, e, before, lv, chunk.quantum)
-            return Scan(np.array([int(trig)], dtype=np.int8), np.array([lv / before if before > 0 else np.nan]),
-                        np.array([before]), level=level)
+        if 0 < n <= SMALL:  # a live run's few records: the same tests on plain floats
+            return self._scan_small(hist, level, chunk.quantum)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.full(n, np.nan)
         end = off + np.arange(n) + 1  # the samples up to and including this one: hist[:end]
@@ -97,6 +90,35 @@ class StepDown(Rolling):
             stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
             ref[ok] = before
         return Scan(verdict, stat, ref, level=level)
+
+    def _scan_small(self, hist: np.ndarray, level: np.ndarray, quantum: float) -> Scan:
+        """:meth:`scan` of a few records, sample by sample in plain floats: the reference
+        medians read once (one rolling median over the positions read), then the same tests on
+        the same doubles, without numpy's per-call cost on arrays of a few values."""
+        p = self.p
+        n = len(level)
+        back = p.window + p.gap
+        span = back + p.ref_window
+        off = len(hist) - n
+        e0 = max(off + 1, span)  # the first sample with a full reference: hist[:e] with e >= span
+        if off + n < span:
+            return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.full(n, np.nan), level=level)
+        med = rolling(hist[: off + n - back], p.ref_window, "median", last=off + n - e0 + 1).tolist()
+        verdict, stat, ref = [], [], []
+        for j, lv in enumerate(level.tolist()):
+            e = off + j + 1
+            if e < span:
+                verdict.append(UNKNOWN)
+                stat.append(0.0)
+                ref.append(np.nan)
+                continue
+            before = med[e - e0]
+            trig = before > 0 and lv <= p.max_ratio * before and self._beyond_noise(hist, e, before, lv, quantum)
+            verdict.append(int(trig))
+            stat.append(lv / before if before > 0 else np.nan)
+            ref.append(before)
+        return Scan(np.array(verdict, dtype=np.int8), np.array(stat, dtype=float), np.array(ref, dtype=float),
+                    level=level)
 
     def _beyond_noise(self, hist: np.ndarray, e: int, before: float, lv: float, quantum: float) -> bool:
         """Whether the fall from ``before`` to ``lv`` (the level ending at ``hist[e - 1]``) is
