@@ -29,7 +29,8 @@ def add_daemon(sub) -> None:
     d.add_argument("--config", help="YAML daemon config (flags override it)")
     d.add_argument("--poll-interval", type=float, help="seconds between reads of the logs (default 2)")
     d.add_argument("--eval-interval", type=float,
-                   help="seconds between rule evaluations of a run; records are batched in between (default 10)")
+                   help="seconds between rule evaluations of a run; records are batched in between, a "
+                        "non-finite value is judged at once (default 10)")
     d.add_argument("--quiet-interval", type=float,
                    help="seconds a quiet run's records may wait before they are evaluated (default 60; 0: off)")
     d.add_argument("--stall-after", type=float, help="seconds without a new step before a stall alert (default 1800)")

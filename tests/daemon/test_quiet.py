@@ -197,3 +197,27 @@ def test_the_config_default_and_off():
     assert DaemonConfig(quiet_interval=0).quiet_interval == 0.0
     with pytest.raises(Exception):
         DaemonConfig(quiet_interval=-1)
+
+
+def test_a_non_finite_value_is_judged_at_the_poll_that_reads_it(tmp_path):
+    """A NaN does not wait for eval_interval: the poll that reads it hands the waiting records
+    to the rules, and the nonfinite alert is out then; finite records still wait."""
+    log = tmp_path / "m.jsonl"
+    log.write_text("")
+    mon = RunMonitor(Found(str(log), str(tmp_path), str(log), "file"), "r", load_packs())
+    rng = random.Random(2)
+
+    def write(step, loss):
+        with log.open("a") as f:
+            f.write(json.dumps({"step": step, "loss": loss, "reward": 0.5 + 0.01 * rng.gauss(0, 1)}) + "\n")
+
+    write(1, 1.0)
+    mon.poll(1000.0, EVAL, QUIET)
+    assert mon.evaluations == 1
+    write(2, 1.0)
+    alerts, _, _ = mon.poll(1001.0, EVAL, QUIET)  # 1 s after the last evaluation: it waits
+    assert mon.evaluations == 1 and not alerts
+    write(3, float("nan"))
+    alerts, _, _ = mon.poll(1002.0, EVAL, QUIET)
+    assert mon.evaluations == 2
+    assert any(a.kind == "nonfinite" and a.status == "firing" and a.step == 3 for a in alerts)

@@ -109,7 +109,8 @@ class DaemonConfig(BaseModel):
     default_rules: bool = Field(True, description="the packs in 'rules' add to the default pack (false: replace it)")
     poll_interval: float = Field(2.0, gt=0, description="seconds between reads of the logs")
     eval_interval: float = Field(10.0, ge=0, description="seconds between rule evaluations of a run (records are "
-                                                          "batched in between; 0: at every poll)")
+                                                          "batched in between; a non-finite value is judged at the "
+                                                          "poll that reads it; 0: at every poll)")
     quiet_interval: float = Field(60.0, ge=0, description="seconds a quiet run's records may wait before they are "
                                   "evaluated (no rule pending or firing, every value finite and inside its "
                                   "metric's recent range); faults that leave that range wait only eval_interval; "

@@ -133,9 +133,10 @@ class RunMonitor:
         """New records through the watchdog: (alerts, decisions, tail events).
 
         Records are read at every poll but handed to the watchdog in chunks, at most every
-        ``eval_interval`` seconds (or when 1,000 are waiting): the rules cost per chunk, not
-        per record, so 1,000 runs logging every second stay cheap; detection waits at most
-        that long. A quiet run's records (:mod:`.quiet`) may wait up to ``quiet_interval``.
+        ``eval_interval`` seconds (or when 1,000 are waiting, or at once for a non-finite
+        value): the rules cost per chunk, not per record, so 1,000 runs logging every second
+        stay cheap; detection waits at most that long. A quiet run's records (:mod:`.quiet`)
+        may wait up to ``quiet_interval``.
         """
         events = []
         if self.found.layout in ("hf_output", "tensorboard"):
@@ -156,7 +157,8 @@ class RunMonitor:
             self._new_start(p.events)
             self.pending.extend(self._bounded(p.records))
             self.info.last_update = now
-        due = self.pending and (now - self.last_eval >= eval_interval or len(self.pending) >= 1000)
+        due = self.pending and (now - self.last_eval >= eval_interval or len(self.pending) >= 1000
+                                or _corrupt(p.records))  # a NaN is judged at once
         if due and eval_interval and len(self.pending) < 1000 and now - self.last_eval < quiet_interval \
                 and self._quiet():  # (eval_interval 0 asks for every poll: nothing waits)
             due = False
@@ -355,6 +357,12 @@ class RunMonitor:
         """(key, run, tail, watchdog state, info): a store row. The state's long series are the
         watchdog's own arrays: encode it at once (``codec.encode``), before the run reads more."""
         return self.path, self.run, self.tail_saved, self.watchdog.state_dict(arrays=True), info_dict(self.info)
+
+
+def _corrupt(records) -> bool:
+    """A non-finite value in the records just read: the most urgent fault there is (every step
+    after a NaN is wasted), and rare in a healthy run, so judging it at once costs no CPU."""
+    return any(v != v or v in (math.inf, -math.inf) for rec in records for v in rec.metrics.values())
 
 
 def info_dict(info: RunInfo) -> dict:
