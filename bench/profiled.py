@@ -27,11 +27,17 @@ _profiles: list[cProfile.Profile] = []
 _mark: dict = {}  # the summed stats at SIGUSR2 (subtracted at exit)
 
 
+def _profile() -> cProfile.Profile:
+    """A profile of the calling thread, timed by its CPU clock, started and kept for the sum."""
+    prof = cProfile.Profile(time.thread_time)
+    _profiles.append(prof)
+    prof.enable()
+    return prof
+
+
 def _profiled_run(run):
     def wrapper(self):
-        prof = cProfile.Profile(time.thread_time)
-        _profiles.append(prof)
-        prof.enable()
+        prof = _profile()
         try:
             return run(self)
         finally:
@@ -86,9 +92,7 @@ def main() -> int:
     signal.signal(signal.SIGUSR2, lambda *_: _mark.update(summed()))
     from rlguard.cli import main as rlguard_main
 
-    main_prof = cProfile.Profile(time.thread_time)  # the main thread too (`check` runs there)
-    _profiles.append(main_prof)
-    main_prof.enable()
+    main_prof = _profile()  # the main thread too (`check` runs there)
     try:
         return rlguard_main(args)
     finally:

@@ -78,13 +78,16 @@ def main(argv=None) -> int:
             out.append(rq.get())
         return out
 
-    def ours_numpy_median():  # numpy's median (the mean of the two middle values of an even window)
+    def ours_read(read):  # RollingMedian updated value by value, ``read(rm)`` after each update
         rm = RollingMedian(w)
         out = []
         for v in xs:
             rm.update(v)
-            out.append(rm.median())
+            out.append(read(rm))
         return out
+
+    def ours_numpy_median():  # numpy's median (the mean of the two middle values of an even window)
+        return ours_read(RollingMedian.median)
 
     full = slice(w - 1, None)  # whole windows
     b = np.array(river_median()[full])
@@ -97,12 +100,7 @@ def main(argv=None) -> int:
                  "rlguard: one vectorised pass; River: its loop"))
 
     def ours_mad():
-        rm = RollingMedian(w)
-        out = []
-        for v in xs:
-            rm.update(v)
-            out.append(rm.mad())
-        return out
+        return ours_read(RollingMedian.mad)
 
     def river_mad():
         rq, rd = rs.RollingQuantile(0.5, window_size=w), rs.RollingQuantile(0.5, window_size=w)
