@@ -276,7 +276,8 @@ def _scans(name, params, values, size):
 @pytest.mark.parametrize("name,params", [
     ("spike", {"z": 8.0}), ("spike", {"z": 6.0, "min_ratio": 2.0, "long_window": 40, "refresh": 10}),
     ("growth", {"min_factor": 3.0}), ("growth", {"min_factor": 2.0, "long_window": 50, "over_baseline_max": 1.0}),
-    ("collapse", {"max_ratio": 0.5, "window": 5}), ("collapse", {"max_ratio": 0.6, "ref_window": 3, "max_spread": 1000}),
+    ("collapse", {"max_ratio": 0.5, "window": 5}),
+    ("collapse", {"max_ratio": 0.6, "ref_window": 3, "max_spread": 1000}),
     ("step_down", {"max_ratio": 0.8, "window": 5, "gap": 2, "ref_window": 20}),
 ])
 def test_sample_by_sample_paths_compute_the_batch_numbers(name, params):

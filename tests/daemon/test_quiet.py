@@ -221,3 +221,11 @@ def test_a_non_finite_value_is_judged_at_the_poll_that_reads_it(tmp_path):
     alerts, _, _ = mon.poll(1002.0, EVAL, QUIET)
     assert mon.evaluations == 2
     assert any(a.kind == "nonfinite" and a.status == "firing" and a.step == 3 for a in alerts)
+    always = tmp_path / "always.jsonl"  # a metric logged as NaN all along is not news: it waits
+    always.write_text("")
+    other = RunMonitor(Found(str(always), str(tmp_path), str(always), "file"), "r2", load_packs())
+    for t in range(4):
+        with always.open("a") as f:
+            f.write(json.dumps({"step": t + 1, "loss": 1.0, "reward": float("nan")}) + "\n")
+        other.poll(1000.0 + t, EVAL, QUIET)
+    assert other.evaluations == 1

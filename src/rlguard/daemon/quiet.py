@@ -80,6 +80,10 @@ class QuietScreen:
             pad = max(self.margin * (hi - lo), 1e-12 * max(abs(lo), abs(hi)))
             self._bands[key] = (lo - pad, hi + pad)
 
+    def finite_before(self, key: str) -> bool:
+        """Whether watched metric ``key`` had a finite value among the records judged so far."""
+        return key in self._recent
+
     def why_not_quiet(self, records: Iterable, watched: Callable[[str], bool]) -> str | None:
         """None when every waiting record is quiet, else the first reason it is not."""
         bands, seen = self._bands, self._seen

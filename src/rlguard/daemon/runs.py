@@ -158,7 +158,7 @@ class RunMonitor:
             self.pending.extend(self._bounded(p.records))
             self.info.last_update = now
         due = self.pending and (now - self.last_eval >= eval_interval or len(self.pending) >= 1000
-                                or _corrupt(p.records))  # a NaN is judged at once
+                                or self._corrupt(p.records))  # a new NaN is judged at once
         if due and eval_interval and len(self.pending) < 1000 and now - self.last_eval < quiet_interval \
                 and self._quiet():  # (eval_interval 0 asks for every poll: nothing waits)
             due = False
@@ -187,6 +187,15 @@ class RunMonitor:
             self.info.stalled = False
         self.changed = True
         return alerts, decisions, p.events
+
+    def _corrupt(self, records) -> bool:
+        """A non-finite value, in the records just read, of a watched metric that was finite
+        until now: the most urgent fault there is (every step after a NaN is wasted), and rare
+        in a healthy run, so judging it at once costs no CPU. (A metric logged as NaN all along
+        is not news: it waits for ``eval_interval`` as before.)"""
+        seen = self.screen.finite_before
+        return any((v != v or v in (math.inf, -math.inf)) and seen(k)
+                   for rec in records for k, v in rec.metrics.items())
 
     def _quiet(self) -> bool:
         """May the waiting records wait longer? (:mod:`.quiet`: no rule pending or firing, every
@@ -357,12 +366,6 @@ class RunMonitor:
         """(key, run, tail, watchdog state, info): a store row. The state's long series are the
         watchdog's own arrays: encode it at once (``codec.encode``), before the run reads more."""
         return self.path, self.run, self.tail_saved, self.watchdog.state_dict(arrays=True), info_dict(self.info)
-
-
-def _corrupt(records) -> bool:
-    """A non-finite value in the records just read: the most urgent fault there is (every step
-    after a NaN is wasted), and rare in a healthy run, so judging it at once costs no CPU."""
-    return any(v != v or v in (math.inf, -math.inf) for rec in records for v in rec.metrics.values())
 
 
 def info_dict(info: RunInfo) -> dict:
