@@ -219,3 +219,9 @@ def test_changed_runs_are_published_a_share_at_each_save_the_longest_waiting_fir
     assert published() == keys[:5]
     fleet.periodic(runs, 1090.0, [keys[0]])  # a whole interval: every run waiting, keys[0] again
     assert published() == keys and not fleet.dirty
+    gone = [f"/logs/retired{i}" for i in range(6)]  # runs no longer watched here hold no place
+    before = {k: fleet.store.read(k)["at"] for k in keys[:2]}
+    fleet.clock = lambda: 1100.0
+    fleet.periodic(runs, 1100.0, gone + keys[:2])  # a sixth of the interval: 1 of the 2 live ones
+    assert not set(gone) & set(fleet.dirty) and list(fleet.dirty) == [keys[1]]
+    assert fleet.store.read(keys[0])["at"] == 1100.0 != before[keys[0]]

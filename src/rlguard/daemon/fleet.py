@@ -158,7 +158,8 @@ class Fleet:
         n = 0
         for key in list(keys):
             mon = runs.get(key)
-            if mon is None:
+            if mon is None:  # no longer watched here: nothing to publish, and no place to hold
+                self.dirty.pop(key, None)
                 continue
             _, run, tail, wd, info = mon.saved()
             group = self.dispatcher.group_state(run) if self.dispatcher is not None else None
@@ -205,6 +206,8 @@ class Fleet:
         except OSError as exc:
             out.append(("handoff", f"handoff dir not writable ({self.store.root}): {exc}"))
         gap, self._last_slice = now - self._last_slice, now
+        for key in [k for k in self.dirty if k not in runs]:  # no longer watched here: no place held
+            del self.dirty[key]
         if self.dirty and gap > 0:
             share = len(self.dirty) if gap >= self.interval else math.ceil(len(self.dirty) * gap / self.interval)
             out += self.publish(runs, list(islice(self.dirty, share)))
