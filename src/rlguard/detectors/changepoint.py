@@ -151,7 +151,7 @@ class ChangePoint(Detector):
         if len(seg) - b < p.min_size or b < p.min_size:
             return None
         pre, post = seg[:b], seg[b:]
-        m0, m1 = float(median(pre)), float(median(post))
+        m0, m1 = median(pre), median(post)
         shift = m1 - m0
         sigma = max(mad_sigma(np.diff(pre)) / np.sqrt(2.0),
                     p.rel_floor * abs(m0), quantum, 1e-12)

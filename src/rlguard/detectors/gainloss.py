@@ -148,7 +148,7 @@ class Drift(Early):
         self._note_early(chunk, p.ref_window)
         _, level, first = self._levels(chunk, p.window - 1)
         n = len(level)
-        start = float(median(self.early)) if self.early else np.nan
+        start = median(self.early) if self.early else np.nan
         sign = 1.0 if p.direction == "up" else -1.0
         moved = sign * (level - start)
         trig = (moved >= max(p.min_delta, chunk.quantum)) & (np.abs(level) >= p.min_factor * abs(start))
@@ -223,7 +223,7 @@ class Trend(Rolling):
             if sign * z < p.z:
                 continue  # judged fine on S alone: the slope (two medians) is not needed
             change = float(np.median(d / span)) * (k - 1)  # Theil-Sen slope x the window's span
-            med = abs(float(median(w)))
+            med = abs(median(w))
             rel = abs(change) / med if med > 0 else np.inf
             ref[j] = change
             verdict[j] = sign * change > 0 and rel >= p.min_rel_change

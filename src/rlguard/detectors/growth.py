@@ -155,8 +155,7 @@ class Growth(Rolling):
             fine[np.flatnonzero(full)[~need[inv]]] = True
         early = ~full & (end >= p.min_baseline)  # the first samples of a run: a partial window
         for j in np.flatnonzero(early):
-            base[j] = upper_median(hist[: end[j]])
-            top[j] = hist[: end[j]].max()
+            base[j], top[j] = self._block_baseline(hist, int(end[j]))
         if n:
             self._block = (int(block[-1]), float(base[-1]), float(top[-1]))
         return base, top, fine

@@ -167,7 +167,7 @@ class Collapse(Rolling):
             cand = rolling(hist, rw, "median", last=n) if rw > 1 else chunk.values
             if rw > 1 and first < rw - 1:  # partial windows at the start of the run: lower median
                 for j in range(min(n, rw - 1 - first)):
-                    cand[j] = float(median(hist[: len(hist) - n + j + 1][-rw:]))
+                    cand[j] = median(hist[: len(hist) - n + j + 1][-rw:])
         acc = np.maximum.accumulate(np.concatenate([[self.ref], cand]))
         run, before = acc[1:], acc[:-1]
         idx = np.where(cand > before, np.arange(n), -1)  # strictly new peaks
@@ -206,7 +206,7 @@ class Collapse(Rolling):
             elif rw == 1:
                 cand = values[j]
             elif pos < rw - 1:  # a partial window at the start of the run: lower median
-                cand = float(median(hist[: len(hist) - n + j + 1][-rw:]))
+                cand = median(hist[: len(hist) - n + j + 1][-rw:])
             else:
                 if full is None:
                     full = rolling(hist, rw, "median", last=n)
@@ -245,7 +245,7 @@ class Collapse(Rolling):
             if ok and p.max_spread is not None:
                 ok = prev.min() > 0 and prev.max() <= p.max_spread * prev.min()
             if ok and p.recent_ratio is not None:
-                ok = level[j] <= p.recent_ratio * float(median(prev))
+                ok = level[j] <= p.recent_ratio * median(prev)
             out[i] = ok
         return out
 
@@ -293,7 +293,7 @@ class Saturation(Early):
         held = self._early_median
         if held is not None and held[0] == len(self.early):
             return held[1]
-        med = float(median(self.early)) if self.early else np.nan
+        med = median(self.early) if self.early else np.nan
         self._early_median = (len(self.early), med)
         return med
 

@@ -200,10 +200,8 @@ class Spike(Detector):
         for j in np.flatnonzero((have >= p.min_history) & partial):
             u = int(local[j])
             got = done.get(u)
-            if got is None:
-                w = hist[max(0, u - p.window): u]  # partial windows at the start
-                got = done[u] = (*median_mad(w), float(w.max()),
-                                 float(_deciles(w[None, :])[0]) if p.surrogate == "deciles" else 0.0)
+            if got is None:  # a partial window at the start: as the sample-by-sample path has it
+                got = done[u] = self._block_baseline(hist, int(start[j]), u)[1:]
             med[j], mad[j], top[j], sd[j] = got
         if n:
             self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), float(sd[-1]))
