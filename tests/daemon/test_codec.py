@@ -1,4 +1,4 @@
-"""The state codec: float tails saved as base64 float64, bit for bit, and old plain states load."""
+"""The state codec: float series saved as base64 float64, bit for bit, and old plain states load."""
 from __future__ import annotations
 
 import json
@@ -9,32 +9,35 @@ import pytest
 
 import numpy as np
 
-from rlguard.daemon.codec import MIN_LEN, encode, pack, unpack
+from rlguard.daemon.codec import MIN_LEN, encode, unpack
 from rlguard.daemon.store import Store
 from rlguard.sources.base import LogRecord
 from rlguard.watchdog import Watchdog
 
 
-def test_float_lists_round_trip_bit_for_bit():
+def test_float_series_round_trip_bit_for_bit():
     tail = [0.1, -0.0, math.inf, -math.inf, math.nan, 5e-324, 1.7976931348623157e308] * 4
-    state = {"a": {"tail": tail, "steps": list(range(40)), "few": [1.5, 2.5], "mixed": [1.0, None] * 10}}
-    packed = pack(state)
+    state = {"a": {"tail": np.array(tail), "steps": np.arange(40), "few": np.array([1.5, 2.5]),
+                   "mixed": [1.0, None] * 10}}
+    packed = json.loads(encode(state))
     assert isinstance(packed["a"]["tail"], dict)  # packed
     assert packed["a"]["steps"] == list(range(40)) and packed["a"]["few"] == [1.5, 2.5]
-    assert packed["a"]["mixed"] == [1.0, None] * 10  # not all floats: left as it is
-    back = unpack(json.loads(json.dumps(packed, allow_nan=True)))
+    assert packed["a"]["mixed"] == [1.0, None] * 10  # not floats: left as it is
+    back = unpack(packed)
     got = back["a"]["tail"]
     assert len(got) == len(tail)
     for x, y in zip(got, tail):
         assert (math.isnan(x) and math.isnan(y)) or (x == y and math.copysign(1, x) == math.copysign(1, y))
-    noisy = {"tail": [random.Random(0).gauss(0, 1) for _ in range(200)]}
-    assert len(json.dumps(pack(noisy))) < 0.7 * len(json.dumps(noisy))
+    noisy = [random.Random(0).gauss(0, 1) for _ in range(200)]
+    assert len(encode({"tail": np.array(noisy)})) < 0.7 * len(json.dumps({"tail": noisy}))
 
 
-def test_short_lists_and_plain_old_states_are_untouched():
+def test_short_series_and_plain_old_states_are_untouched():
     old = {"tail": [0.5] * (MIN_LEN - 1), "big": [0.25] * 50}
-    assert pack(old)["tail"] == old["tail"]
+    assert json.loads(encode({"tail": np.array(old["tail"])}))["tail"] == old["tail"]
     assert unpack(old) == old  # a state saved before packing loads as it was
+    walked = {"big": {"f64": encode({"b": np.array(old["big"])}).split('"f64": "')[1].split('"')[0]}}
+    assert unpack(walked) == {"big": old["big"]}  # (and one saved by the list walk that came before)
 
 
 def test_a_corrupt_packed_list_is_a_value_error():
@@ -82,7 +85,9 @@ def test_encode_packs_arrays_and_reads_back_as_the_plain_state():
     text = encode(arrays)
     back = unpack(json.loads(text))
     assert json.dumps(back, allow_nan=True) == json.dumps(plain, allow_nan=True)
-    assert '"f64"' in text and len(text) <= 1.05 * len(json.dumps(pack(plain), allow_nan=True))
+    long_series = sum(isinstance(v, np.ndarray) and v.dtype.kind == "f" and len(v) >= MIN_LEN
+                      for part in ("feeds", "recent") for d in arrays[part].values() for v in d.values())
+    assert long_series and text.count('"f64"') == long_series  # every long float series packed
     again = Watchdog(run="r")
     again.load_state_dict(back)
     more = _records(random.Random(6), 201, 60)
@@ -95,11 +100,12 @@ def test_encode_packs_arrays_and_reads_back_as_the_plain_state():
 
 def test_nested_containers_are_packed_at_any_depth():
     tail = [0.5 + i for i in range(MIN_LEN)]
-    state = {"x": [[tail, 1, "s"], {"deep": {"tail": tail, "n": None}}], "plain": 3.0, "ok": True}
-    packed = pack(state)
+    state = {"x": [[np.array(tail), 1, "s"], {"deep": {"tail": np.array(tail), "n": None}}], "plain": 3.0,
+             "ok": True}
+    packed = json.loads(encode(state))
     assert isinstance(packed["x"][0][0], dict) and isinstance(packed["x"][1]["deep"]["tail"], dict)
     assert packed["x"][0][1:] == [1, "s"] and packed["plain"] == 3.0 and packed["ok"] is True
-    assert unpack(json.loads(json.dumps(packed))) == state
+    assert unpack(packed) == {"x": [[tail, 1, "s"], {"deep": {"tail": tail, "n": None}}], "plain": 3.0, "ok": True}
 
 
 def test_run_info_copy_is_asdict_and_independent():

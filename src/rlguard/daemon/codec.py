@@ -1,18 +1,14 @@
 """Compact, lossless JSON for saved watchdog state.
 
-A run's state is mostly detector tails: lists of up to a few hundred floats. Written as JSON
-text each float costs ~19 characters and a ``repr``; a daemon with 1,000 runs spent about a
-fifth of its CPU there. :func:`pack` replaces every all-float list of at least ``MIN_LEN``
-items with ``{"f64": <base64 of the little-endian float64 bytes>}`` (NaN and infinities kept
-bit for bit); :func:`unpack` undoes it. States saved before this encoding hold plain lists
-and load unchanged.
-
-:func:`encode` is the daemon's way (its saves and handoff records): the watchdog's state with
-its long series left as numpy arrays (``Watchdog.state_dict(arrays=True)``: the run's feeds and
-recent values, most of its bytes), written by one ``json.dumps`` whose ``default`` packs each
-float array as :func:`pack` would. No walk over the state first and no float list built only
-to be packed: half the CPU of ``json.dumps(pack(state))`` (``bench/run_footprint.py``). Lists
-stay plain JSON lists; :func:`unpack` reads both.
+A run's state is mostly series of floats (its feeds and recent values: up to a few thousand).
+Written as JSON text each float costs ~19 characters and a ``repr``; a daemon with 1,000 runs
+spent about a fifth of its CPU there. :func:`encode` writes the state with its long series
+left as numpy arrays (``Watchdog.state_dict(arrays=True)``) in one ``json.dumps``, whose
+``default`` replaces each float array of at least ``MIN_LEN`` values with ``{"f64": <base64 of
+the little-endian float64 bytes>}`` (NaN and infinities kept bit for bit) as it meets it: no
+walk over the state, no float list built only to be packed (the walk over lists that came
+before took twice the CPU: ``bench/run_footprint.py``). Lists stay plain JSON lists.
+:func:`unpack` undoes it; states saved as plain lists, or by the list walk, load unchanged.
 """
 from __future__ import annotations
 
@@ -24,23 +20,6 @@ import numpy as np
 
 MIN_LEN = 16
 _TAG = "f64"
-_FLOAT = {float}
-_CONTAINERS = (dict, list)
-
-
-def pack(obj: Any) -> Any:
-    """``obj`` with its long all-float lists packed. What holds nothing to pack (a list of
-    scalars) is returned as it is, not copied: the result is for ``json.dumps`` at once."""
-    if isinstance(obj, dict):  # (scalars are kept without a call: most of a state's values)
-        return {k: pack(v) if isinstance(v, _CONTAINERS) else v for k, v in obj.items()}
-    if isinstance(obj, list):
-        types = set(map(type, obj))  # one C-level pass, not a Python call per item
-        if len(obj) >= MIN_LEN and types == _FLOAT:
-            return {_TAG: base64.b64encode(np.asarray(obj, dtype="<f8").tobytes()).decode("ascii")}
-        if not any(issubclass(t, _CONTAINERS) for t in types):
-            return obj
-        return [pack(v) if isinstance(v, _CONTAINERS) else v for v in obj]  # (a rule's state: 8 scalars, 1 dict)
-    return obj
 
 
 def unpack(obj: Any) -> Any:
