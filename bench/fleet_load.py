@@ -154,6 +154,7 @@ class Daemon:
     def __init__(self, tmp: Path, root: Path, shard: str | None, name: str, settings: str,
                  profile: Path | None = None) -> None:
         self.port = free_port()
+        self.passes: list[tuple[float, float]] = []
         cfg = tmp / "daemon.yaml"
         if not cfg.exists():
             import yaml
@@ -185,7 +186,14 @@ class Daemon:
         return len(re.findall(r"^rlguard_run_last_step\{", text, re.M))
 
     def firing(self) -> set[str]:
-        text = get(self.port, "/metrics?name[]=rlguard_alert_firing", timeout=10)
+        """The runs with a nonfinite alert firing; notes the daemon's last poll pass and its
+        runs left waiting for evaluation (``self.passes``: (seconds, waiting) per probe)."""
+        text = get(self.port, "/metrics?name[]=rlguard_alert_firing&name[]=rlguard_poll_duration_seconds"
+                              "&name[]=rlguard_runs_waiting_evaluation", timeout=10)
+        took = re.search(r"^rlguard_poll_duration_seconds(?:\{[^}]*\})? (\S+)$", text, re.M)
+        waiting = re.search(r"^rlguard_runs_waiting_evaluation(?:\{[^}]*\})? (\S+)$", text, re.M)
+        if took and waiting:  # (a tree without the evaluation budget has neither)
+            self.passes.append((float(took.group(1)), float(waiting.group(1))))
         return set(re.findall(r'rlguard_alert_firing\{[^}]*kind="nonfinite"[^}]*run="([^"]+)"', text)
                    + re.findall(r'rlguard_alert_firing\{[^}]*run="([^"]+)"[^}]*kind="nonfinite"', text))
 
@@ -271,6 +279,9 @@ def _phase(label, tmp, runs_n, shards, seconds, interval, fault_share, rng, cfg,
             "faults": written, "detected": len(delays), "delays": sorted(delays.values()),
             "by_layout": by_layout, "first_watch": first_watch, "first_pass": first_pass,
             "scrape": max(scrapes or [float("nan")]),
+            "pass_s": max((p for d in daemons for p, _ in d.passes), default=float("nan")),
+            "pass_p50": pct(sorted(p for d in daemons for p, _ in d.passes), 50),
+            "waiting": max((w for d in daemons for _, w in d.passes), default=float("nan")),
             "bench_cpu": bench_cpu / wall, "disk": disk}
 
 
@@ -383,6 +394,9 @@ def report(fleet: dict, base: dict | None) -> None:
     row("every run watched, s", fleet["first_watch"], base["first_watch"], "{:.0f}")
     row("first full pass (every run judged), s", fleet["first_pass"], base["first_pass"], "{:.0f}")
     row("full /metrics scrape, s (max)", fleet["scrape"], base["scrape"], "{:.2f}")
+    row("poll pass, s (p50 seen by the probe)", fleet["pass_p50"], base["pass_p50"], "{:.1f}")
+    row("poll pass, s (max seen by the probe)", fleet["pass_s"], base["pass_s"], "{:.1f}")
+    row("runs left waiting by a pass (max)", fleet["waiting"], base["waiting"], "{:,.0f}", ratio=False)
     row("bench writer + probe CPU, %", 100 * fleet["bench_cpu"], 100 * base["bench_cpu"], ratio=False)
     print(f"\nwindow: {fleet['wall']:.0f} s / {base['wall']:.0f} s; runs' files on disk: {fleet['disk']:.0f} MB / "
           f"{base['disk']:.0f} MB; {os.cpu_count()} CPU cores on this machine")

@@ -33,6 +33,10 @@ def add_daemon(sub) -> None:
                         "non-finite value is judged at once (default 10)")
     d.add_argument("--quiet-interval", type=float,
                    help="seconds a quiet run's records may wait before they are evaluated (default 60; 0: off)")
+    d.add_argument("--eval-budget", type=float,
+                   help="seconds of rule evaluation one poll pass may spend; runs due after that wait for the "
+                        "next pass, which starts with them; a non-finite value is judged at once (default 2; "
+                        "0: no limit)")
     d.add_argument("--stall-after", type=float, help="seconds without a new step before a stall alert (default 1800)")
     d.add_argument("--shard", metavar="I/N", help="watch only the runs whose path hashes to I mod N (Prometheus's "
                                                   "hashmod); POD_NAME-I/N takes I from a StatefulSet pod name")
@@ -82,7 +86,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                                     "rules": args.rules, "poll_interval": args.poll_interval,
                                     "default_rules": False if args.no_default_rules else None,
                                     "stall_after": args.stall_after, "eval_interval": args.eval_interval,
-                                    "quiet_interval": args.quiet_interval,
+                                    "quiet_interval": args.quiet_interval, "eval_budget": args.eval_budget,
                                     "shard": args.shard, "handoff_dir": args.handoff_dir,
                                     "path_template": args.path_template, "cluster": args.cluster})
     if args.slack_webhook_url_file:

@@ -100,6 +100,10 @@ DAEMON_FAMILIES = (
            "until their log changes"),
     _counter("runs_dropped", "rlguard_runs_dropped", "Runs not watched: over max_runs (each counted once)"),
     _gauge("last_poll", "rlguard_last_poll_timestamp_seconds", "Wall time of the last poll"),
+    _gauge("poll_seconds", "rlguard_poll_duration_seconds", "Seconds the last poll pass took (reading every run and "
+           "evaluating the due ones within eval_budget)"),
+    _gauge("eval_waiting", "rlguard_runs_waiting_evaluation", "Runs due for the rules that the last poll pass left for "
+           "the next (its eval_budget was spent)"),
     _counter("reloads", "rlguard_rule_reloads", "Successful rule reloads (SIGHUP)"),
     _gauge("shard_info", "rlguard_shard_info", "This daemon's shard (I of N)", "shard", "shards"),
     _gauge("shards", "rlguard_shards", "Shards the runs are split over (N)"),
@@ -147,6 +151,7 @@ def daemon_samples(d: DaemonState, stats: dict[str, int] | None) -> list[tuple[F
     rows: dict[str, Rows] = {
         "runs_watched": [((), d.runs)], "runs_retired": [((), d.retired)], "runs_dropped": [((), d.dropped_runs)],
         "last_poll": [((), d.last_poll)], "reloads": [((), d.reloads)],
+        "poll_seconds": [((), d.poll_seconds)], "eval_waiting": [((), d.waiting_evaluation)],
         "shard_info": [((str(shard.index), str(shard.count)), 1)], "shards": [((), shard.count)],
         "other_shards": [((), shard.other_shards)], "waiting": [((), shard.waiting)]}
     if stats:

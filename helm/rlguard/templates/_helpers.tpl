@@ -99,7 +99,7 @@ of .Values.slack. Never the webhook URL: the Deployment passes the Secret's file
 {{- $routes := list -}}
 {{- range $s.routes }}{{ $routes = append $routes (dict "matchers" .matchers "receiver" .receiver "continue" (default false .continue)) }}{{ end -}}
 {{- if $routes }}{{ $_ := set $slack "routes" $routes }}{{ end -}}
-{{- $cfg := dict "watch" $c.watch "state_dir" (include "rlguard.stateDir" .) "listen" (include "rlguard.listen" .) "poll_interval" $c.pollInterval "eval_interval" $c.evalInterval "quiet_interval" $c.quietInterval "discover_interval" $c.discoverInterval "save_interval" $c.saveInterval "stall_after" $c.stallAfter "max_runs" $c.maxRuns "max_metrics_per_run" $c.maxMetricsPerRun "stop" $stop "slack" $slack -}}
+{{- $cfg := dict "watch" $c.watch "state_dir" (include "rlguard.stateDir" .) "listen" (include "rlguard.listen" .) "poll_interval" $c.pollInterval "eval_interval" $c.evalInterval "quiet_interval" $c.quietInterval "eval_budget" $c.evalBudget "discover_interval" $c.discoverInterval "save_interval" $c.saveInterval "stall_after" $c.stallAfter "max_runs" $c.maxRuns "max_metrics_per_run" $c.maxMetricsPerRun "stop" $stop "slack" $slack -}}
 {{- with $c.pathTemplate }}{{ $_ := set $cfg "path_template" . }}{{ end -}}
 {{- with $c.cluster }}{{ $_ := set $cfg "cluster" . }}{{ end -}}
 {{- if .Values.handoff.volume }}

@@ -115,6 +115,9 @@ class DaemonConfig(BaseModel):
                                   "evaluated (no rule pending or firing, every value finite and inside its "
                                   "metric's recent range); faults that leave that range wait only eval_interval; "
                                   "0: off")
+    eval_budget: float = Field(2.0, ge=0, description="seconds of rule evaluation one poll pass may spend; runs due "
+                               "after that wait for the next pass, which starts with them (a non-finite value is "
+                               "judged at once regardless); bounds a pass over thousands of runs; 0: no limit")
     discover_interval: float = Field(0.0, ge=0, description="seconds between scans for new runs (0: at every "
                                                              "poll; the scan costs one stat per known directory)")
     settle_after: float = Field(20.0, ge=0, description="seconds a TensorBoard file must be unchanged before its "

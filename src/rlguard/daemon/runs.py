@@ -104,6 +104,7 @@ class RunMonitor:
         self._watched = watched_keys(self.watchdog)  # raw key -> do the rules watch it
         self._quiet_upto = 0  # pending[:_quiet_upto] were screened quiet already
         self.evaluations = 0  # chunks handed to the watchdog
+        self.deferred = False  # the last poll had records due and left them for the next (see poll)
         self._unsettled = True  # a rule pending or firing after the last evaluation (none yet: assume so)
         self._inc_sig: tuple | None = None  # the incarnation record's stat when last read
         self.tail_saved = self.tail.state_dict()
@@ -128,15 +129,17 @@ class RunMonitor:
         """Where the run reads stop requests: its output dir (never a symlink's target)."""
         return Path(self.found.run_dir)
 
-    def poll(self, now: float, eval_interval: float = 0.0,
-             quiet_interval: float = 0.0) -> tuple[list[Alert], list[Decision], list[str]]:
+    def poll(self, now: float, eval_interval: float = 0.0, quiet_interval: float = 0.0,
+             defer: bool = False) -> tuple[list[Alert], list[Decision], list[str]]:
         """New records through the watchdog: (alerts, decisions, tail events).
 
         Records are read at every poll but handed to the watchdog in chunks, at most every
         ``eval_interval`` seconds (or when 1,000 are waiting, or at once for a non-finite
         value): the rules cost per chunk, not per record, so 1,000 runs logging every second
         stay cheap; detection waits at most that long. A quiet run's records (:mod:`.quiet`)
-        may wait up to ``quiet_interval``.
+        may wait up to ``quiet_interval``. ``defer``: the pass's evaluation budget is spent
+        (:mod:`.budget`); records due now wait for the next poll (``self.deferred``), except
+        a new non-finite value and 1,000 waiting records.
         """
         events = []
         if self.found.layout in ("hf_output", "tensorboard"):
@@ -157,12 +160,17 @@ class RunMonitor:
             self._new_start(p.events)
             self.pending.extend(self._bounded(p.records))
             self.info.last_update = now
-        due = self.pending and (now - self.last_eval >= eval_interval or len(self.pending) >= 1000
-                                or self._corrupt(p.records))  # a new NaN is judged at once
-        if due and eval_interval and len(self.pending) < 1000 and now - self.last_eval < quiet_interval \
+        self.deferred = False
+        if not self.pending:
+            return [], [], p.events
+        on_time = now - self.last_eval >= eval_interval
+        urgent = len(self.pending) >= 1000 or ((defer or not on_time) and self._corrupt(p.records))
+        due = urgent or on_time  # (a new NaN is judged at once)
+        if due and not urgent and eval_interval and now - self.last_eval < quiet_interval \
                 and self._quiet():  # (eval_interval 0 asks for every poll: nothing waits)
             due = False
-        if not due:
+        self.deferred = due and defer and not urgent
+        if not due or self.deferred:
             return [], [], p.events
         records, self.pending, self._quiet_upto = self.pending, [], 0
         self.last_eval = now
@@ -190,12 +198,12 @@ class RunMonitor:
 
     def _corrupt(self, records) -> bool:
         """A non-finite value, in the records just read, of a watched metric that was finite
-        until now: the most urgent fault there is (every step after a NaN is wasted), and rare
-        in a healthy run, so judging it at once costs no CPU. (A metric logged as NaN all along
-        is not news: it waits for ``eval_interval`` as before.)"""
-        seen = self.screen.finite_before
-        return any((v != v or v in (math.inf, -math.inf)) and seen(k)
-                   for rec in records for k, v in rec.metrics.items())
+        until now (judged, or waiting in ``pending``): the most urgent fault there is (every
+        step after a NaN is wasted), and rare in a healthy run, so judging it at once costs no
+        CPU. (A metric logged as NaN all along is not news: it waits as before.)"""
+        bad = {k for rec in records for k, v in rec.metrics.items() if v != v or v in (math.inf, -math.inf)}
+        return any(self.screen.finite_before(k) or (self._watched(k) and any(
+            math.isfinite(rec.metrics.get(k, math.nan)) for rec in self.pending)) for k in bad)
 
     def _quiet(self) -> bool:
         """May the waiting records wait longer? (:mod:`.quiet`: no rule pending or firing, every

@@ -3,8 +3,8 @@
 Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
 - ``poll``: find runs under the ``--watch`` directories and patterns (trainers' layouts:
   :mod:`rlguard.sources.layout`; at most every ``discover_interval``, by default at every
-  poll: the scan is incremental), then read what every run's log gained, feed the watchdog,
-  notify, write stop requests;
+  poll: the scan is incremental), then read what every run's log gained, feed the watchdog
+  (within ``eval_budget`` seconds a pass: :mod:`.budget`), notify, write stop requests;
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
 - ``save``: persist offsets, watchdog states and counters (one SQLite transaction);
 - ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable);
@@ -31,6 +31,7 @@ from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
 from . import control, lifecycle, startup
 from .actions import stop_run
+from .budget import EvalBudget
 from .config import DaemonConfig
 from .fleet import Fleet
 from .labels import run_context
@@ -71,7 +72,8 @@ class Daemon:
         self._errors_logged = 0
         self._last_discover = float("-inf")
         self.last_progress = clock()
-        self.first_pass_done = False
+        self.first_pass_done = False  # every run judged once (the first pass and the runs it deferred)
+        self.budget = EvalBudget(cfg.eval_budget)
         self.outgoing = Outgoing(dispatcher)  # alerts queued for Slack, or held in memory on a full disk
         # what is wrong now, for /healthz: a full disk at start (watch anyway, say so, retry at every save)
         self.problems: dict[str, str] = {k: v for k, v in (self.outgoing.closed(), self.store.closed()) if v}
@@ -164,7 +166,8 @@ class Daemon:
         health = judge_health(problems, self.last_poll, self.last_progress, self.first_pass_done, self.clock(),
                               self.cfg.poll_interval)
         return DaemonState(len(self.runs), len(self.retired), self.dropped_runs, self.last_poll, self.reloads,
-                           self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health)
+                           self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health,
+                           self.budget.last_pass, self.budget.waiting)
 
     def status(self) -> dict[str, Any]:
         """What ``rlguard status`` shows (see :mod:`.control`)."""
@@ -179,20 +182,21 @@ class Daemon:
         return self.outgoing.stats()
 
     def poll(self) -> None:
-        """Discover, then read every run. The lock is taken run by run, so a scrape of
-        ``/metrics`` never waits for a whole pass over thousands of runs; a run whose reading
-        fails (a bug, or input no reader foresaw) is logged once and skipped, never the others."""
-        now = self.clock()
+        """Discover, read every run, evaluate the due ones within the budget (:mod:`.budget`).
+        The lock is taken run by run: a scrape of ``/metrics`` never waits for a whole pass; a
+        run whose reading fails (a bug, input no reader foresaw) is logged once and skipped."""
+        now, started = self.clock(), time.perf_counter()
         with self.lock:
             if now - self._last_discover >= self.cfg.discover_interval:
                 self._last_discover = now
                 self.discover()  # new runs are read in the same poll that finds them
-            monitors = list(self.runs.values())
+            monitors = self.budget.order(self.runs)
         urgent = []
-        for mon in monitors:
+        for key, mon in monitors:
             with self.lock:
                 try:
-                    alerts, decisions, events = mon.poll(now, self.cfg.eval_interval, self.cfg.quiet_interval)
+                    alerts, decisions, events = self.budget.poll(key, mon, now, self.cfg.eval_interval,
+                                                                 self.cfg.quiet_interval)
                 except Exception as exc:  # noqa: BLE001 - one run must never blind the others
                     mon.failed(exc)
                     continue
@@ -212,9 +216,9 @@ class Daemon:
                 if alerts or (mon.never_saved and mon.tail_saved.get("count")):
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
-        self._save_urgent(urgent, now)
+        self._save_urgent(urgent, now, time.perf_counter() - started)
 
-    def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
+    def _save_urgent(self, urgent: list[RunMonitor], now: float, took: float) -> None:
         """The end of a poll. A run that alerted is saved at once, so a crash right after does
         not replay it; the others wait for the periodic save (a replay is harmless:
         notifications are keyed and stop requests idempotent). A run whose alerts are held in
@@ -231,7 +235,7 @@ class Daemon:
             # before any message queued in this pass may leave
             self._record(self.fleet.publish_queued(self.runs, self.names))
             self.last_poll = now
-            self.first_pass_done = True
+            self.first_pass_done = self.budget.finish(took, self.runs) or self.first_pass_done
 
     def stall(self) -> None:
         with self.lock:
@@ -289,11 +293,9 @@ class Daemon:
                 self._submit(waiting)
         try:
             counts = self._deliver()
-        except (OSError, sqlite3.Error) as exc:  # a full or read-only disk: say it, no traceback
-            self._problem("delivery", f"notifications failing: {exc}")
-            return
         except Exception as exc:  # noqa: BLE001 - the watcher must keep watching
-            log.exception("notification delivery failed; will retry")
+            if not isinstance(exc, (OSError, sqlite3.Error)):  # (a full or read-only disk: no traceback)
+                log.exception("notification delivery failed; will retry")
             self._problem("delivery", f"notifications failing: {exc}")
             return
         self._record(self.outgoing.delivered(counts, "queue" in self.problems))
@@ -357,13 +359,14 @@ class Daemon:
             log.warning("%s: cannot make the state private (0700, files 0600): %s", self.cfg.state_dir,
                         exc.strerror or exc)
         self.fleet.start()
-        # (built before /healthz answers: loading the scheduler must not widen the window before the first poll)
-        sched = startup.schedule(self.cfg, {"poll": self.poll, "stall": self.stall, "save": self.save,
-                                            "notify": self.notify, "housekeeping": self.housekeeping})
         done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
+        # (built before /healthz answers: loading the scheduler must not widen the window before the first poll)
+        sched = startup.schedule(self.cfg, {"poll": lambda: self.budget.drain(self.poll, done), "stall": self.stall,
+                                            "save": self.save, "notify": self.notify,
+                                            "housekeeping": self.housekeeping})
         try:
             server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout)
         except OSError as exc:

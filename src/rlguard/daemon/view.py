@@ -97,6 +97,8 @@ class DaemonState:
     shard: ShardState
     problems: tuple[str, ...]  # what is wrong now
     health: Health
+    poll_seconds: float = 0.0  # the last poll pass, reading and evaluation (see .budget)
+    waiting_evaluation: int = 0  # runs due for the rules that the last pass left for the next
 
 
 class DaemonView(Protocol):

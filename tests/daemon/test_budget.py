@@ -1,0 +1,131 @@
+"""The evaluation budget of a poll pass (rlguard.daemon.budget): a pass stops evaluating once it
+has spent ``eval_budget`` seconds, the runs left due go first in the next pass, a new NaN is
+judged at once regardless, and the budget changes when records are judged, never what is found."""
+from __future__ import annotations
+
+from daemon_helpers import append, constant_reward, healthy
+
+from rlguard.daemon.budget import EvalBudget
+from rlguard.daemon.config import DaemonConfig
+from rlguard.daemon.service import Daemon
+from rlguard.exporter import RLGuardCollector
+
+RUNS = 6
+TINY = 1e-9  # one evaluation spends it
+
+
+def make(tmp_path, budget: float, name: str = "state") -> Daemon:
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / name), eval_interval=0,
+                       eval_budget=budget)
+    d = Daemon(cfg, clock=lambda: 1000.0)
+    d._notify = lambda alerts: None
+    return d
+
+
+def write_runs(tmp_path, start: int, n: int) -> None:
+    for i in range(RUNS):  # run 3 loses its reward spread: a fault the rules find
+        rows = constant_reward(start, n) if i == 3 and start > 1 else healthy(start, n)
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", rows)
+
+
+def gauge(d: Daemon, name: str) -> float:
+    return next(s.value for fam in RLGuardCollector(d).collect() for s in fam.samples if s.name == name)
+
+
+def evaluations(d: Daemon) -> dict[str, int]:
+    return {mon.run: mon.evaluations for mon in d.runs.values()}
+
+
+def test_a_spent_budget_leaves_the_other_runs_for_the_next_pass_in_turn(tmp_path):
+    write_runs(tmp_path, 1, 12)
+    d = make(tmp_path, TINY)
+    d.poll()
+    first = evaluations(d)
+    assert sorted(first.values()) == [0] * (RUNS - 1) + [1]  # one evaluation spent the budget
+    assert d.budget.waiting == RUNS - 1 and gauge(d, "rlguard_runs_waiting_evaluation") == RUNS - 1
+    assert gauge(d, "rlguard_poll_duration_seconds") > 0
+    assert not d.first_pass_done  # runs are still waiting for their first judgment
+    order = [mon.run for mon in d.runs.values()]
+    for k in range(1, RUNS):  # each pass starts with the first run the last one left
+        d.poll()
+        now = evaluations(d)
+        assert now[order[k]] == 1 and sum(now.values()) == k + 1
+        assert d.first_pass_done == (k == RUNS - 1)
+    assert d.budget.waiting == 0
+
+
+def test_a_new_nan_is_judged_at_once_even_with_the_budget_spent(tmp_path):
+    write_runs(tmp_path, 1, 12)
+    d = make(tmp_path, TINY)
+    d.poll()
+    last = list(d.runs.values())[-1]  # the last in the pass: the budget is long spent when it is read
+    assert last.evaluations == 0
+    append(tmp_path / "runs" / last.run / "metrics.jsonl", [dict(healthy(13, 1)[0], loss=float("nan"))])
+    d.poll()
+    assert last.evaluations == 1
+    assert any(a.kind == "nonfinite" and a.status == "firing" for a in last.watchdog.alerts)
+
+
+def test_no_budget_evaluates_every_due_run_in_one_pass(tmp_path):
+    write_runs(tmp_path, 1, 12)
+    d = make(tmp_path, 0.0)
+    d.poll()
+    assert set(evaluations(d).values()) == {1} and d.budget.waiting == 0 and d.first_pass_done
+
+
+def test_the_budget_never_changes_what_is_found(tmp_path):
+    """The same logs through a daemon with a spent budget at every pass and one without: the
+    same alerts for every run once the deferred runs are judged."""
+    both = [make(tmp_path, TINY, "a"), make(tmp_path, 0.0, "b")]
+    for start in (1, 13, 25, 37):
+        write_runs(tmp_path, start, 12)
+        for d in both:
+            d.poll()
+    for _ in range(RUNS):  # the budgeted daemon catches up
+        both[0].poll()
+    assert both[0].budget.waiting == 0
+
+    def found(d):
+        return {m.run: [(a.rule, a.metric, a.step, a.status) for a in m.watchdog.alerts] for m in d.runs.values()}
+    a, b = found(both[0]), found(both[1])
+    assert a == b
+    assert any(r == "RLG-REWARD-STD-ZERO" for alerts in a.values() for r, *_ in alerts)
+
+
+def test_rotation_and_backlog_units():
+    b = EvalBudget(1.0)
+    runs = {k: k for k in "abcd"}
+    assert [k for k, _ in b.order(runs)] == list("abcd")
+    b.spent = 2.0
+    assert b.exhausted()
+    b._deferred = ["c", "d"]
+    assert b.finish(0.5, runs) is False and b.waiting == 2 and b.last_pass == 0.5
+    assert [k for k, _ in b.order(runs)] == list("cdab") and b.spent == 0.0
+    b._deferred = ["d"]
+    assert b.finish(0.1, runs) is False  # d was deferred in the first pass and is still waiting
+    b.order(runs)
+    assert b.finish(0.1, {"a", "b", "c"}) is True  # judged, or gone
+    assert not EvalBudget(0.0).exhausted() and DaemonConfig().eval_budget == 2.0
+
+
+def test_the_poll_job_runs_passes_back_to_back_while_runs_wait():
+    """With runs left waiting, the scheduled job does the next pass at once (the scheduler's
+    next tick idled the daemon); it stops when none waits, or when the daemon is closing."""
+    import threading
+
+    b, closing, passes = EvalBudget(1.0), threading.Event(), []
+
+    def poll(left):
+        passes.append(1)
+        b.waiting = left.pop(0)
+
+    b.drain(lambda left=[3, 2, 0, 5]: poll(left), closing)
+    assert len(passes) == 3  # 3 waiting, 2 waiting, none: done
+    passes.clear()
+    closing.set()
+    b.drain(lambda left=[4, 4, 4]: poll(left), closing)
+    assert len(passes) == 1
+    passes.clear()
+    closing.clear()
+    b.drain(lambda: (passes.append(1), setattr(b, "waiting", 1)), closing, longest=0.0)
+    assert len(passes) == 1  # past its time: back to the scheduler
