@@ -39,18 +39,18 @@ def evaluations(d: Daemon) -> dict[str, int]:
 def test_a_spent_budget_leaves_the_other_runs_for_the_next_pass_in_turn(tmp_path):
     write_runs(tmp_path, 1, 12)
     d = make(tmp_path, TINY)
+    d.poll()  # the first pass after a start judges every run's history, whatever the budget
+    assert set(evaluations(d).values()) == {1} and d.first_pass_done and d.budget.waiting == 0
+    write_runs(tmp_path, 13, 3)
     d.poll()
-    first = evaluations(d)
-    assert sorted(first.values()) == [0] * (RUNS - 1) + [1]  # one evaluation spent the budget
+    assert sorted(evaluations(d).values()) == [1] * (RUNS - 1) + [2]  # one evaluation spent the budget
     assert d.budget.waiting == RUNS - 1 and gauge(d, "rlguard_runs_waiting_evaluation") == RUNS - 1
     assert gauge(d, "rlguard_poll_duration_seconds") > 0
-    assert not d.first_pass_done  # runs are still waiting for their first judgment
     order = [mon.run for mon in d.runs.values()]
     for k in range(1, RUNS):  # each pass starts with the first run the last one left
         d.poll()
         now = evaluations(d)
-        assert now[order[k]] == 1 and sum(now.values()) == k + 1
-        assert d.first_pass_done == (k == RUNS - 1)
+        assert now[order[k]] == 2 and sum(now.values()) == RUNS + k + 1
     assert d.budget.waiting == 0
 
 
@@ -58,12 +58,15 @@ def test_a_new_nan_is_judged_at_once_even_with_the_budget_spent(tmp_path):
     write_runs(tmp_path, 1, 12)
     d = make(tmp_path, TINY)
     d.poll()
-    last = list(d.runs.values())[-1]  # the last in the pass: the budget is long spent when it is read
-    assert last.evaluations == 0
-    append(tmp_path / "runs" / last.run / "metrics.jsonl", [dict(healthy(13, 1)[0], loss=float("nan"))])
+    append(tmp_path / "runs" / "new" / "metrics.jsonl", healthy(1, 12))  # a run found later: it waits
+    write_runs(tmp_path, 13, 3)
     d.poll()
-    assert last.evaluations == 1
-    assert any(a.kind == "nonfinite" and a.status == "firing" for a in last.watchdog.alerts)
+    late = next(m for m in d.runs.values() if m.run == "new")
+    assert late.evaluations == 0 and late.deferred  # its first, finite records wait in its queue
+    append(tmp_path / "runs" / "new" / "metrics.jsonl", [dict(healthy(13, 1)[0], loss=float("nan"))])
+    d.poll()
+    assert late.evaluations == 1
+    assert any(a.kind == "nonfinite" and a.status == "firing" for a in late.watchdog.alerts)
 
 
 def test_no_budget_evaluates_every_due_run_in_one_pass(tmp_path):
@@ -92,19 +95,22 @@ def test_the_budget_never_changes_what_is_found(tmp_path):
     assert any(r == "RLG-REWARD-STD-ZERO" for alerts in a.values() for r, *_ in alerts)
 
 
-def test_rotation_and_backlog_units():
+def test_rotation_units():
     b = EvalBudget(1.0)
     runs = {k: k for k in "abcd"}
     assert [k for k, _ in b.order(runs)] == list("abcd")
     b.spent = 2.0
+    assert not b.exhausted()  # the first pass has no budget
+    b.finish(9.0)
+    b.order(runs)
+    b.spent = 2.0
     assert b.exhausted()
     b._deferred = ["c", "d"]
-    assert b.finish(0.5, runs) is False and b.waiting == 2 and b.last_pass == 0.5
-    assert [k for k, _ in b.order(runs)] == list("cdab") and b.spent == 0.0
-    b._deferred = ["d"]
-    assert b.finish(0.1, runs) is False  # d was deferred in the first pass and is still waiting
-    b.order(runs)
-    assert b.finish(0.1, {"a", "b", "c"}) is True  # judged, or gone
+    b.finish(0.5)
+    assert b.waiting == 2 and b.last_pass == 0.5
+    assert [k for k, _ in b.order(runs)] == list("cdab") and b.spent == 0.0 and not b.exhausted()
+    b.finish(0.1)
+    assert b.waiting == 0 and [k for k, _ in b.order({k: k for k in "abd"})] == list("abd")
     assert not EvalBudget(0.0).exhausted() and DaemonConfig().eval_budget == 2.0
 
 

@@ -72,7 +72,7 @@ class Daemon:
         self._errors_logged = 0
         self._last_discover = float("-inf")
         self.last_progress = clock()
-        self.first_pass_done = False  # every run judged once (the first pass and the runs it deferred)
+        self.first_pass_done = False  # every run judged once (the first pass has no budget: .budget)
         self.budget = EvalBudget(cfg.eval_budget)
         self.outgoing = Outgoing(dispatcher)  # alerts queued for Slack, or held in memory on a full disk
         # what is wrong now, for /healthz: a full disk at start (watch anyway, say so, retry at every save)
@@ -216,16 +216,17 @@ class Daemon:
                 if alerts or (mon.never_saved and mon.tail_saved.get("count")):
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
-        self._save_urgent(urgent, now, time.perf_counter() - started)
+        self._save_urgent(urgent, now)
+        self.budget.finish(time.perf_counter() - started)
 
-    def _save_urgent(self, urgent: list[RunMonitor], now: float, took: float) -> None:
-        """The end of a poll. A run that alerted is saved at once, so a crash right after does
-        not replay it; the others wait for the periodic save (a replay is harmless:
-        notifications are keyed and stop requests idempotent). A run whose alerts are held in
-        memory is not saved past them (see Outgoing.held). A run read for the first time is saved
-        at once too (one write per run that has a record, none for empty ones): a restart that
-        finds no saved state reads the log as a new run, and a log rotated meanwhile then starts
-        mid-run ("at start" false alarms, the steps before the rotation never judged)."""
+    def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
+        """The end of a poll. A run that alerted is saved at once, so a crash right after does not
+        replay it; the others wait for the periodic save (a replay is harmless: notifications are
+        keyed and stop requests idempotent). A run whose alerts are held in memory is not saved
+        past them (see Outgoing.held). A run read for the first time is saved at once too (one
+        write per run that has a record, none for empty ones): a restart that finds no saved
+        state reads the log as a new run, and a log rotated meanwhile then starts mid-run ("at
+        start" false alarms, the steps before the rotation never judged)."""
         with self.lock:
             held = self.outgoing.held()
             first = [m for m in urgent if m.run not in held]
@@ -235,7 +236,7 @@ class Daemon:
             # before any message queued in this pass may leave
             self._record(self.fleet.publish_queued(self.runs, self.names))
             self.last_poll = now
-            self.first_pass_done = self.budget.finish(took, self.runs) or self.first_pass_done
+            self.first_pass_done = True
 
     def stall(self) -> None:
         with self.lock:
@@ -364,9 +365,8 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: done.set())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
         # (built before /healthz answers: loading the scheduler must not widen the window before the first poll)
-        sched = startup.schedule(self.cfg, {"poll": lambda: self.budget.drain(self.poll, done), "stall": self.stall,
-                                            "save": self.save, "notify": self.notify,
-                                            "housekeeping": self.housekeeping})
+        jobs = {"stall": self.stall, "save": self.save, "notify": self.notify, "housekeeping": self.housekeeping}
+        sched = startup.schedule(self.cfg, {"poll": lambda: self.budget.drain(self.poll, done), **jobs})
         try:
             server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout)
         except OSError as exc:
