@@ -34,7 +34,7 @@ class EvalBudget:
         self.seconds = seconds
         self.spent = 0.0  # seconds evaluated in the pass under way
         self.waiting = 0  # runs due but deferred by the last pass (rlguard_runs_waiting_evaluation)
-        self.last_pass = 0.0  # seconds the last pass took, reading and evaluation (rlguard_poll_seconds)
+        self.last_pass = 0.0  # seconds the last pass took, reading and evaluation (rlguard_poll_duration_seconds)
         self._resume: str | None = None  # the next pass starts at this run: the first the last one deferred
         self._deferred: list[str] = []
         self._first = True  # the first pass after a start: no budget (see exhausted)
