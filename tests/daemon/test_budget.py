@@ -39,8 +39,9 @@ def evaluations(d: Daemon) -> dict[str, int]:
 def test_a_spent_budget_leaves_the_other_runs_for_the_next_pass_in_turn(tmp_path):
     write_runs(tmp_path, 1, 12)
     d = make(tmp_path, TINY)
+    assert d.state().health.word == "starting"
     d.poll()  # the first pass after a start judges every run's history, whatever the budget
-    assert set(evaluations(d).values()) == {1} and d.first_pass_done and d.budget.waiting == 0
+    assert set(evaluations(d).values()) == {1} and d.state().health.word == "ok" and d.budget.waiting == 0
     write_runs(tmp_path, 13, 3)
     d.poll()
     assert sorted(evaluations(d).values()) == [1] * (RUNS - 1) + [2]  # one evaluation spent the budget
@@ -73,7 +74,7 @@ def test_no_budget_evaluates_every_due_run_in_one_pass(tmp_path):
     write_runs(tmp_path, 1, 12)
     d = make(tmp_path, 0.0)
     d.poll()
-    assert set(evaluations(d).values()) == {1} and d.budget.waiting == 0 and d.first_pass_done
+    assert set(evaluations(d).values()) == {1} and d.budget.waiting == 0 and d.state().health.word == "ok"
 
 
 def test_the_budget_never_changes_what_is_found(tmp_path):
@@ -100,8 +101,9 @@ def test_rotation_units():
     runs = {k: k for k in "abcd"}
     assert [k for k, _ in b.order(runs)] == list("abcd")
     b.spent = 2.0
-    assert not b.exhausted()  # the first pass has no budget
+    assert not b.exhausted() and b.passes == 0  # the first pass has no budget
     b.finish(9.0)
+    assert b.passes == 1
     b.order(runs)
     b.spent = 2.0
     assert b.exhausted()

@@ -37,7 +37,7 @@ class EvalBudget:
         self.last_pass = 0.0  # seconds the last pass took, reading and evaluation (rlguard_poll_duration_seconds)
         self._resume: str | None = None  # the next pass starts at this run: the first the last one deferred
         self._deferred: list[str] = []
-        self._first = True  # the first pass after a start: no budget (see exhausted)
+        self.passes = 0  # passes finished since the start (the first one has no budget: see exhausted)
 
     def order(self, runs: Mapping[str, M]) -> list[tuple[str, M]]:
         """The runs of a new pass, starting where the last one stopped evaluating."""
@@ -62,7 +62,7 @@ class EvalBudget:
         """Must the runs due from now on in this pass wait for the next one? Never in the first
         pass after a start: it judges every run's history in one read each, the fastest way
         through (with a budget, each later pass reads every run again, a fixed cost per run)."""
-        return self.seconds > 0 and not self._first and self.spent >= self.seconds
+        return self.seconds > 0 and self.passes > 0 and self.spent >= self.seconds
 
     def poll(self, key: str, mon, now: float, eval_interval: float, quiet_interval: float):
         """``mon.poll`` within the budget: an evaluation is charged its wall time; a run left
@@ -77,5 +77,6 @@ class EvalBudget:
 
     def finish(self, seconds: float) -> None:
         """The pass took ``seconds``."""
-        self.last_pass, self.waiting, self._first = seconds, len(self._deferred), False
+        self.last_pass, self.waiting = seconds, len(self._deferred)
+        self.passes += 1
         self._resume = self._deferred[0] if self._deferred else None

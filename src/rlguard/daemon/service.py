@@ -72,8 +72,7 @@ class Daemon:
         self._errors_logged = 0
         self._last_discover = float("-inf")
         self.last_progress = clock()
-        self.first_pass_done = False  # every run judged once (the first pass has no budget: .budget)
-        self.budget = EvalBudget(cfg.eval_budget)
+        self.budget = EvalBudget(cfg.eval_budget)  # /healthz says "starting" until its first pass ends
         self.outgoing = Outgoing(dispatcher)  # alerts queued for Slack, or held in memory on a full disk
         # what is wrong now, for /healthz: a full disk at start (watch anyway, say so, retry at every save)
         self.problems: dict[str, str] = {k: v for k, v in (self.outgoing.closed(), self.store.closed()) if v}
@@ -163,7 +162,7 @@ class Daemon:
     def state(self) -> DaemonState:
         """The daemon's figures and health, read without the lock (see DaemonView.state)."""
         problems = dict(self.problems)
-        health = judge_health(problems, self.last_poll, self.last_progress, self.first_pass_done, self.clock(),
+        health = judge_health(problems, self.last_poll, self.last_progress, self.budget.passes > 0, self.clock(),
                               self.cfg.poll_interval)
         return DaemonState(len(self.runs), len(self.retired), self.dropped_runs, self.last_poll, self.reloads,
                            self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health,
@@ -236,7 +235,6 @@ class Daemon:
             # before any message queued in this pass may leave
             self._record(self.fleet.publish_queued(self.runs, self.names))
             self.last_poll = now
-            self.first_pass_done = True
 
     def stall(self) -> None:
         with self.lock:
