@@ -201,9 +201,10 @@ class RunMonitor:
         until now (judged, or waiting in ``pending``): the most urgent fault there is (every
         step after a NaN is wasted), and rare in a healthy run, so judging it at once costs no
         CPU. (A metric logged as NaN all along is not news: it waits as before.)"""
-        bad = {k for rec in records for k, v in rec.metrics.items() if v != v or v in (math.inf, -math.inf)}
+        finite = math.isfinite
+        bad = {k for rec in records for k, v in rec.metrics.items() if not finite(v)}
         return any(self.screen.finite_before(k) or (self._watched(k) and any(
-            math.isfinite(rec.metrics.get(k, math.nan)) for rec in self.pending)) for k in bad)
+            finite(rec.metrics.get(k, math.nan)) for rec in self.pending)) for k in bad)
 
     def _quiet(self) -> bool:
         """May the waiting records wait longer? (:mod:`.quiet`: no rule pending or firing, every
