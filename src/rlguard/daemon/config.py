@@ -121,7 +121,8 @@ class DaemonConfig(BaseModel):
     discover_interval: float = Field(0.0, ge=0, description="seconds between scans for new runs (0: at every "
                                                              "poll; the scan costs one stat per known directory)")
     settle_after: float = Field(20.0, ge=0, description="seconds a TensorBoard file must be unchanged before its "
-                                "newest step counts as complete (a later step completes it at once)")
+                                "newest step counts as complete (a later step completes it at once, and so do "
+                                "the tags of the step before)")
     save_interval: float = Field(10.0, gt=0, description="seconds between saves of the state")
     stall_after: float = Field(1800.0, gt=0, description="seconds without a new step before a stall alert")
     retire_after: float = Field(86400.0, gt=0, description="seconds without a new step after which a run with no "

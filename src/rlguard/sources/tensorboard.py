@@ -7,12 +7,17 @@ The file is a sequence of TFRecords (``uint64 length, uint32 crc, data, uint32 c
 what ``tf.summary.scalar`` writes: float/double in ``float_val``/``double_val`` or
 ``tensor_content``). Histograms, images, text and graphs are skipped.
 
-Writers emit one event per scalar; consecutive events of the same step become one record.
-**Following a growing file** (the daemon), the newest step may be only partly written (the
-writer's buffer reached the disk in the middle of a step), so it is held back in the reader's
-context until a later step appears, where its scalars are joined with any that came since;
-the follower releases it once the file has been quiet (:meth:`Reader.release`). A step is thus
-judged once, with all the scalars written together for it, and none is lost when a run ends.
+Writers emit one event per scalar; consecutive events of the same step become one record, which
+is **complete once it holds every tag of the step before** (:class:`_Steps`). Scalars of that
+step written after it (transformers writes ``eval/*`` after the ``train/*`` scalars of the same
+step) become a second record of the same step, as the same logger's ``log_history`` shows them.
+The rule reads only the events before, so a whole read and a read in pieces cut the same records.
+**Following a growing file** (the daemon), a step not yet complete by that rule may be only
+partly written (the writer's buffer reached the disk in the middle of a step), so it is held
+back in the reader's context until it completes or a later step appears; the follower releases
+it once the file has been quiet (:meth:`Reader.release`). A step is thus judged as soon as the
+scalars its predecessor had are there (a live run's NaN waits for no later step), none is
+judged twice, and none is lost when a run ends.
 ``line`` is the number of the TFRecord in the file. A truncated last record (a run still
 writing) is dropped and noted; a corrupt length stops reading with a warning, keeping what
 came before. CRCs are not verified (they guard against disk corruption, which the length and
@@ -44,47 +49,111 @@ class TensorBoardReader(Reader):
         self.stats = stats = ReadStats()
         self.consumed = 0  # bytes of complete records read (a tail continues from there)
         with open_binary(path) as f, reading(path, stats):
-            yield from _group_by_step(_events(f, stats, self), stats)
+            steps = _Steps()
+            for event in _events(f, stats, self):
+                yield from steps.add(*event)
+            yield from steps.release()
+            stats.records = steps.count
 
 
     def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
         """Complete TFRecords at the start of ``data``; a record being written waits, and so
-        does the newest step (held in the context: more of its scalars may follow)."""
+        does a step not yet complete (held in the context: more of its scalars may follow)."""
         self.tailing, self.first_record = True, first_unit - 1
-        records = list(self.records(MemoryLog(data, path)))
-        units = self.stats.lines - (1 if self.consumed < len(data) else 0)
-        held, context = _unhold(context)
-        if held is not None:
-            records = _rejoin(held, records)
-        if records:
-            last = records.pop()
-            context[_HELD] = [last.step, last.metrics, last.line]
-        return Appended(records, self.consumed, max(units, 0), self.stats.bad_lines, context)
+        self.stats = stats = ReadStats()
+        self.consumed = 0
+        steps, context = _Steps.resumed(context)
+        records: list[LogRecord] = []
+        with open_binary(MemoryLog(data, path)) as f, reading(path, stats):
+            for event in _events(f, stats, self):
+                records += steps.add(*event)
+        stats.records = steps.count
+        units = stats.lines - (1 if self.consumed < len(data) else 0)
+        context[_STEPS] = steps.state()
+        return Appended(records, self.consumed, max(units, 0), stats.bad_lines, context)
 
     def release(self, context: dict) -> tuple[list[LogRecord], dict]:
-        held, context = _unhold(context)
-        return ([held] if held is not None else []), context
+        steps, context = _Steps.resumed(context)
+        held = list(steps.release())
+        context[_STEPS] = steps.state()
+        return held, context
 
 
-_HELD = "held"  # the newest step of a growing file: [step, {tag: value}, record number]
+_STEPS = "steps"  # the grouping of a growing file so far (_Steps.state)
+_HELD = "held"  # the same, as rlguard 0.3 saved it: [step, {tag: value}, record number]
 
 
-def _unhold(context: dict) -> tuple[LogRecord | None, dict]:
-    """The held step (or None) and the context without it."""
-    rest = {k: v for k, v in context.items() if k != _HELD}
-    held = context.get(_HELD)
-    if not (isinstance(held, list) and len(held) == 3 and isinstance(held[1], dict)):
-        return None, rest
-    return LogRecord(int(held[0]), {str(k): float(v) for k, v in held[1].items()}, int(held[2])), rest
+class _Steps:
+    """Cuts the events of a file into records, one event at a time, the same way whole or in
+    pieces. A record is the run of consecutive events of one step; the first record of a step
+    is complete, and emitted at once, when it has every tag the step before had (in all its
+    records: a tag that appears for the first time, or an evaluation written after the train
+    scalars, is not waited for). Whatever comes for the same step after it forms the step's next
+    record, emitted when another step begins or the file is released. ``line`` is the number of
+    the record's first event. A step logged twice (a tag again after the step was emitted) gives
+    two records, each value judged, as a JSONL log of the same writes would."""
 
+    __slots__ = ("step", "part", "line", "before", "done", "missing", "count")
 
-def _rejoin(held: LogRecord, records: list[LogRecord]) -> list[LogRecord]:
-    """The held step before the records read since; joined with the first of them when that
-    is the rest of the same step (later values of a tag win, as within one read)."""
-    if records and records[0].step == held.step:
-        records[0] = LogRecord(held.step, {**held.metrics, **records[0].metrics}, held.line)
-        return records
-    return [held, *records]
+    def __init__(self) -> None:
+        self.step: int | None = None
+        self.part: dict[str, float] = {}  # the record being gathered
+        self.line = 0
+        self.before: frozenset[str] = frozenset()  # the tags of the step before
+        self.done: set[str] = set()  # the tags of this step's records already emitted
+        self.missing = 0  # tags of ``before`` not yet in ``part`` (while the step's first record)
+        self.count = 0  # records emitted
+
+    def add(self, n: int, step: int, scalars: dict[str, float]) -> list[LogRecord]:
+        out = []
+        if step != self.step:
+            if self.part:
+                out.append(self._emit())
+            if self.step is not None:
+                self.before = frozenset(self.done)
+            self.step, self.done, self.missing = step, set(), len(self.before)
+        if not self.part:
+            self.line = n
+        part, before = self.part, self.before
+        for tag, value in scalars.items():
+            if tag not in part and tag in before and not self.done:
+                self.missing -= 1
+            part[tag] = value
+        if not self.done and before and self.missing == 0:
+            out.append(self._emit())
+        return out
+
+    def release(self) -> Iterator[LogRecord]:
+        """The record being gathered, taken as complete (the end of the file, or a quiet log)."""
+        if self.part:
+            yield self._emit()
+
+    def _emit(self) -> LogRecord:
+        rec = LogRecord(self.step, self.part, self.line)
+        self.done.update(self.part)
+        self.part = {}
+        self.count += 1
+        return rec
+
+    def state(self) -> list:
+        return [self.step, self.part, self.line, sorted(self.before), sorted(self.done), self.missing]
+
+    @classmethod
+    def resumed(cls, context: dict) -> tuple[_Steps, dict]:
+        """The grouping saved in ``context`` (or a fresh one) and the context without it."""
+        steps = cls()
+        rest = {k: v for k, v in context.items() if k not in (_STEPS, _HELD)}
+        saved, old = context.get(_STEPS), context.get(_HELD)
+        if isinstance(saved, list) and len(saved) == 6 and isinstance(saved[1], dict):
+            step, part, line, before, done, missing = saved
+            steps.step = None if step is None else int(step)
+            steps.part = {str(k): float(v) for k, v in part.items()}
+            steps.line, steps.missing = int(line), int(missing)
+            steps.before, steps.done = frozenset(map(str, before)), set(map(str, done))
+        elif isinstance(old, list) and len(old) == 3 and isinstance(old[1], dict):  # held by 0.3
+            steps.step, steps.line = int(old[0]), int(old[2])
+            steps.part = {str(k): float(v) for k, v in old[1].items()}
+        return steps, rest
 
 
 def _events(f: IO[bytes], stats: ReadStats, reader=None) -> Iterator[tuple[int, int, dict[str, float]]]:
@@ -121,22 +190,6 @@ def _events(f: IO[bytes], stats: ReadStats, reader=None) -> Iterator[tuple[int, 
             yield n + first, step, scalars
         else:
             stats.skipped_lines += 1  # file version, graphs, histograms, images...
-
-
-def _group_by_step(events, stats: ReadStats) -> Iterator[LogRecord]:
-    cur_step, cur, line = None, {}, 0
-    for n, step, scalars in events:
-        if step != cur_step and cur:
-            stats.records += 1
-            yield LogRecord(cur_step, cur, line)
-            cur = {}
-        if not cur:
-            line = n
-        cur_step = step
-        cur.update(scalars)
-    if cur:
-        stats.records += 1
-        yield LogRecord(cur_step, cur, line)
 
 
 # ------------------------------------------------------------------ minimal protobuf decoding
