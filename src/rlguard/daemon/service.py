@@ -6,7 +6,7 @@ Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
   poll: the scan is incremental), then read what every run's log gained, feed the watchdog
   (within ``eval_budget`` seconds a pass: :mod:`.budget`), notify, write stop requests;
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
-- ``save``: persist offsets, watchdog states and counters (one SQLite transaction);
+- ``save``: persist offsets, watchdog states and counters (a transaction per 250 runs, polls between);
 - ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable);
 - ``housekeeping`` (hourly): forget notifications delivered more than ``outbox_retention`` ago.
 
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from ..notify.dispatcher import Dispatcher, FlushCounts
 
 log = logging.getLogger("rlguard.daemon")
+SAVE_SLICE = 250  # runs saved under one hold of the lock (~0.25 s: 5,000 at once held it ~5 s)
 
 
 class Daemon:
@@ -220,12 +221,11 @@ class Daemon:
 
     def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
         """The end of a poll. A run that alerted is saved at once, so a crash right after does not
-        replay it; the others wait for the periodic save (a replay is harmless: notifications are
-        keyed and stop requests idempotent). A run whose alerts are held in memory is not saved
-        past them (see Outgoing.held). A run read for the first time is saved at once too (one
-        write per run that has a record, none for empty ones): a restart that finds no saved
-        state reads the log as a new run, and a log rotated meanwhile then starts mid-run ("at
-        start" false alarms, the steps before the rotation never judged)."""
+        replay it (others wait for the periodic save: a replay is harmless, notifications are
+        keyed and stop requests idempotent); not past alerts held in memory (Outgoing.held). A
+        run read for the first time too (one write per run with a record): a restart that finds
+        no saved state reads the log as a new run, and a log rotated meanwhile then starts
+        mid-run ("at start" false alarms, the steps before the rotation never judged)."""
         with self.lock:
             held = self.outgoing.held()
             first = [m for m in urgent if m.run not in held]
@@ -255,14 +255,20 @@ class Daemon:
                     return
                 self.saved.update({k: v for k, v in loaded.items() if k not in self.runs})
             self._record(startup.rewrite(self.problems, self.cfg.state_dir, self.control_token, self._address))
-            held = self.outgoing.held()
-            changed = [m for m in self.runs.values() if m.changed and m.run not in held]
-            if not self.save_rows(m.saved() for m in changed):  # (a generator: one state built at a time)
-                return  # not written: the runs stay "changed" and are saved at the next try
-            for m in self.runs.values():
-                if m.run not in held:
-                    m.changed = False
-            self._record(self.fleet.periodic(self.runs, self.clock(), [m.path for m in changed]))
+            pending = [m for m in self.runs.values() if m.changed]
+        saved: list[str] = []
+        for i in range(0, len(pending), SAVE_SLICE):  # the lock let go between slices: polls go on
+            with self.lock:
+                held = self.outgoing.held()
+                part = [m for m in pending[i:i + SAVE_SLICE]
+                        if m.changed and m.run not in held and self.runs.get(m.path) is m]
+                if not self.save_rows(m.saved() for m in part):  # (a generator: one state built at a time)
+                    return  # not written: the runs stay "changed" and are saved at the next try
+                for m in part:
+                    m.changed = False  # (one that changes after its slice stays changed: the next save)
+                saved += [m.path for m in part]
+        with self.lock:
+            self._record(self.fleet.periodic(self.runs, self.clock(), saved))
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
@@ -352,11 +358,7 @@ class Daemon:
         startup.check_watch(self.cfg.watch)
         self.control_token, changes = startup.open_token(self.cfg.state_dir)
         self._record(changes)
-        try:
-            self.store.tighten()
-        except OSError as exc:
-            log.warning("%s: cannot make the state private (0700, files 0600): %s", self.cfg.state_dir,
-                        exc.strerror or exc)
+        startup.tighten(self.store, self.cfg.state_dir)
         self.fleet.start()
         done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from apscheduler.schedulers.background import BackgroundScheduler
 
     from .config import DaemonConfig
+    from .store import Store
 
 log = logging.getLogger("rlguard.daemon")
 
@@ -50,6 +51,14 @@ def open_token(state_dir: str) -> tuple[str, Changes]:
         return secrets.token_urlsafe(32), [("control", f"control token not writable in {state_dir} "
                                                        f"({exc.strerror or exc}): `rlguard stop` cannot read it "
                                                        "yet; retrying at every save")]
+
+
+def tighten(store: Store, state_dir: str) -> None:
+    """The state private (0700, files 0600), or a warning why not."""
+    try:
+        store.tighten()
+    except OSError as exc:
+        log.warning("%s: cannot make the state private (0700, files 0600): %s", state_dir, exc.strerror or exc)
 
 
 def record_address(state_dir: str, host: str, port: int) -> Changes:
