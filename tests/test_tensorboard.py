@@ -68,3 +68,52 @@ def test_tf2_scalar_tensor_and_truncated_tail(tmp_path):
     records, stats, fmt = read_log(path)
     assert fmt == "tensorboard" and [(r.step, r.metrics) for r in records] == [(7, {"kl": 0.25})]
     assert stats.bad_lines == 1 and "truncated" in stats.first_bad_reason
+
+
+def _raw_events(path) -> list[bytes]:
+    data, out, pos = path.read_bytes(), [], 0
+    while pos + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[pos:pos + 8])
+        out.append(data[pos + 12:pos + 12 + length])
+        pos += 16 + length
+    return out
+
+
+def _bits(parsed):
+    return None if parsed is None else (parsed[0], {k: struct.pack("<d", v) for k, v in parsed[1].items()})
+
+
+def test_the_fast_event_parser_reads_what_the_general_one_reads(tmp_path):
+    """The one-pass parser of the usual scalar event gives the general protobuf reader's result
+    bit for bit, and declines (None) whatever it does not know, also on corrupted bytes."""
+    import random
+
+    from rlguard.sources.tensorboard import _parse_general, _parse_simple
+
+    w = tbx.SummaryWriter(str(tmp_path))
+    for s in (0, 1, 2, 300, 2**40):
+        w.add_scalar("train/loss", float("nan") if s == 300 else 1.0 / (s + 1), s)
+        w.add_scalar("train/réward", -0.25, s)
+        w.add_scalar("x" * 200, 1.5, s)  # a tag longer than 127 bytes: the general reader's
+        w.add_scalars("multi", {"a": 1.0, "b": 2.0}, s)
+        w.add_histogram("weights", [0.1, 0.2], s)
+    w.close()
+    events = _raw_events(next(tmp_path.glob("events.out.tfevents.*")))
+    fast = [e for e in events if _parse_simple(e) is not None]
+    assert len(fast) == 8 and len(events) > 8  # the usual ones; not step 0 (no step field), the long tag
+    for e in events:
+        got = _parse_simple(e)
+        assert got is None or _bits(got) == _bits(_parse_general(e))
+    rng, declined = random.Random(0), 0
+    for e in fast:
+        for _ in range(300):
+            b = bytearray(e)
+            for _ in range(rng.choice((1, 2))):
+                b[rng.randrange(len(b))] = rng.randrange(256)
+            cut = bytes(b[:rng.randrange(len(b) + 1)] if rng.random() < 0.2 else b)
+            got = _parse_simple(cut)
+            if got is None:
+                declined += 1
+                continue
+            assert _bits(got) == _bits(_parse_general(cut)), cut
+    assert declined > 100

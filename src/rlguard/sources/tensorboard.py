@@ -230,6 +230,42 @@ def _fields(buf: bytes) -> Iterator[tuple[int, int, object]]:
 
 
 def _parse_event(data: bytes) -> tuple[int, dict[str, float]]:
+    """(step, {tag: value}) of one Event."""
+    return _parse_simple(data) or _parse_general(data)
+
+
+def _parse_simple(data: bytes) -> tuple[int, dict[str, float]] | None:
+    """The event every scalar writer emits (``wall_time``, ``step``, a summary of ``tag`` +
+    ``simple_value`` entries, each field once and in field order), read in one pass: 3x faster
+    than :func:`_parse_general`, which reads anything else (None here) to the same result."""
+    end = len(data)
+    if end < 13 or data[0] != 0x09 or data[9] != 0x10:
+        return None
+    try:
+        step, pos = _varint(data, 10)
+        if pos + 2 > end or data[pos] != 0x2A:
+            return None
+        size, pos = _varint(data, pos + 1)
+    except (IndexError, ValueError):  # cut short: the general reader says how
+        return None
+    if pos + size != end:
+        return None
+    scalars = {}
+    while pos < end:  # Summary.value: 0a <len> { 0a <len> tag, 15 <float32> }, lengths < 128
+        if data[pos] != 0x0A or pos + 4 > end:
+            return None
+        vlen, tlen = data[pos + 1], data[pos + 3]
+        at, pos = pos + 4 + tlen, pos + 2 + vlen
+        if vlen > 127 or tlen > 127 or data[pos - vlen] != 0x0A or at + 5 != pos or pos > end or data[at] != 0x15:
+            return None
+        scalars[data[at - tlen:at].decode("utf-8", "replace")] = _F32(data, at + 1)[0]
+    return (step - (1 << 64) if step >= 1 << 63 else step), scalars
+
+
+_F32 = struct.Struct("<f").unpack_from
+
+
+def _parse_general(data: bytes) -> tuple[int, dict[str, float]]:
     step, scalars = 0, {}
     for num, wire, val in _fields(data):
         if num == 2 and wire == 0:
