@@ -104,7 +104,8 @@ def render(view: DaemonView, names: set[str] | None = None) -> bytes:
     out: list[str] = []
     fams = [f for f in RUN_FAMILIES if f.wanted(names)]
     if fams:
-        for f, lines in zip(fams, _run_lines(view, fams, ("run", *state.run_labels))):
+        alerting = all(f.key == "firing" for f in fams)  # lines only for runs with an alert or a stall
+        for f, lines in zip(fams, _run_lines(view, fams, ("run", *state.run_labels), alerting)):
             out.append(HEADERS[f.key])
             out.extend(lines)
     daemon = [f for f in DAEMON_FAMILIES if f.wanted(names)]
@@ -117,10 +118,11 @@ def render(view: DaemonView, names: set[str] | None = None) -> bytes:
     return "".join(out).encode("utf-8")
 
 
-def _run_lines(view: DaemonView, fams: list[Family], run: tuple[str, ...]) -> list[list[str]]:
-    """The sample lines of the run families ``fams``, one list per family, every run in turn."""
+def _run_lines(view: DaemonView, fams: list[Family], run: tuple[str, ...], alerting: bool) -> list[list[str]]:
+    """The sample lines of the run families ``fams``, one list per family, every run in turn
+    (``alerting``: the runs that may have an alert firing or a stall; the others have no line)."""
     scrape = RunLines(fams, run)
-    for snap in view.snapshots(idle=False):
+    for snap in view.snapshots(idle=False, alerting=alerting):
         scrape.add(snap)
     return [scrape.lines[f.key] for f in fams]
 

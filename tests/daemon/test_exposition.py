@@ -61,8 +61,15 @@ def test_render_is_generate_latest_byte_for_byte(tmp_path):
     text = assert_same(d)
     assert b'run="quo\\"te-1"' in text and b'run="new\\nline-3"' in text and b'run="back\\\\slash-2"' in text
     assert 'run="per%cent %s %(x)s %%-5"'.encode() in text
+    quiet = next(m for m in d.runs.values() if not m.may_alert())
+    quiet.info.stalled = True  # a stall is on rlguard_alert_firing too
     for only in ALL_FILTERS:
         assert_same(d, only)
+    # rlguard_alert_firing alone is drawn from the runs that may alert: every firing or stalled run,
+    # not the settled ones
+    alerting = {s.run for s in d.snapshots(alerting=True)}
+    firing = {m.run for m in d.runs.values() if m.watchdog.firing() or m.info.stalled}
+    assert quiet.run in firing and firing <= alerting < set(d.names)
 
 
 def test_cluster_team_user_labels_with_hostile_values(tmp_path):
@@ -99,8 +106,8 @@ class HandMadeView:
                                    run_labels=run_labels, shard=ShardState(1, 4, 10**7, 3), problems=(),
                                    health=Health("ok"))
 
-    def snapshots(self, idle: bool = True) -> list[RunSnapshot]:
-        return self.snaps
+    def snapshots(self, idle: bool = True, alerting: bool = False) -> list[RunSnapshot]:
+        return self.snaps  # (``alerting``: all of them is at least those)
 
     def state(self) -> DaemonState:
         return self.figures

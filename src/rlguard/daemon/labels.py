@@ -19,13 +19,14 @@ cut to 128 characters and never contain ``/``.
 """
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import re
 from dataclasses import dataclass
 
 from ..errors import InputError
-from ..sources.layout import file_stem
+from ..sources.layout import file_stem, run_name
 
 FIELDS = ("team", "user", "run")
 MAX_VALUE = 128
@@ -132,3 +133,14 @@ def run_context(found_dir: str, name: str, labels: dict[str, str], host: str,
             logging.getLogger("rlguard.daemon").error(
                 "run_url_template: %s (use {run}, {run_dir}, {host}, {team}, {user}, {cluster})", exc)
     return {k: v for k, v in ctx.items() if v}
+
+
+def run_name_for(path: str, taken, name: str | None = None) -> str:
+    """The run's name: ``name`` (the path template's ``{run}``, or the name another shard gave
+    it) or :func:`~rlguard.sources.layout.run_name` of its path; a path hash is appended when
+    another run here has that name."""
+    # a directory name that is not valid UTF-8 still gives a printable name (labels, Slack)
+    name = name or os.fsencode(run_name(path)).decode("utf-8", "replace")
+    if name in taken:
+        name = f"{name}-{hashlib.sha1(os.fsencode(os.path.abspath(path))).hexdigest()[:6]}"
+    return name

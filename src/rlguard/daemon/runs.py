@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import copy
-import hashlib
 import logging
 import time
 import math
@@ -15,7 +14,7 @@ from ..rulespec import RulePack
 from ..watchdog import Watchdog
 from ..stopfile import write_stop_request
 from ..verdict import Verdict, stop_record
-from ..sources.layout import Found, follow_target, log_kind, run_name
+from ..sources.layout import Found, follow_target, log_kind
 from . import stops
 from .. import incarnation
 from .builtin import STALL, STOP_IGNORED, STOPPED
@@ -260,6 +259,9 @@ class RunMonitor:
             self.info.latest[name] = (value if math.isfinite(value) else None, step)  # (replaced, never changed)
         self.info.last_step = records[-1].step
 
+    def may_alert(self) -> bool:  # a rule pending or firing at the last evaluation, or stalled
+        return self._unsettled or self.info.stalled
+
     def snapshot(self, idle: bool = True) -> RunSnapshot:
         """A copy for readers; ``idle=False`` skips the idle-rules note (what /metrics does not
         show: it costs a pass over the rules per run at every scrape)."""
@@ -386,13 +388,3 @@ def info_dict(info: RunInfo) -> dict:
     d["retired"] = copy.deepcopy(info.retired)
     return d
 
-
-def run_name_for(path: str, taken, name: str | None = None) -> str:
-    """The run's name: ``name`` (the path template's ``{run}``, or the name another shard gave
-    it) or :func:`~rlguard.sources.layout.run_name` of its path; a path hash is appended when
-    another run here has that name."""
-    # a directory name that is not valid UTF-8 still gives a printable name (labels, Slack)
-    name = name or os.fsencode(run_name(path)).decode("utf-8", "replace")
-    if name in taken:
-        name = f"{name}-{hashlib.sha1(os.fsencode(os.path.abspath(path))).hexdigest()[:6]}"
-    return name

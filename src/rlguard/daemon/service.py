@@ -34,9 +34,9 @@ from .actions import stop_run
 from .budget import EvalBudget
 from .config import DaemonConfig
 from .fleet import Fleet
-from .labels import run_context
+from .labels import run_context, run_name_for
 from .outgoing import Outgoing
-from .runs import RunMonitor, RunSnapshot, run_name_for
+from .runs import RunMonitor, RunSnapshot
 from .store import Row, Store
 from .view import Changes, DaemonState, judge_health, record
 
@@ -154,11 +154,11 @@ class Daemon:
         return int(adopted)
 
     # ------------------------------------------------------------------ what readers see
-    def snapshots(self, idle: bool = True) -> list[RunSnapshot]:
+    def snapshots(self, idle: bool = True, alerting: bool = False) -> list[RunSnapshot]:
         """Every run as the exporter (``idle=False``) and ``rlguard status`` show it (copies,
-        taken under the lock)."""
+        taken under the lock); ``alerting``: those that may have an alert firing or a stall."""
         with self.lock:
-            return [m.snapshot(idle) for m in self.runs.values()]
+            return [m.snapshot(idle) for m in self.runs.values() if not alerting or m.may_alert()]
 
     def state(self) -> DaemonState:
         """The daemon's figures and health, read without the lock (see DaemonView.state)."""

@@ -104,8 +104,10 @@ class DaemonState:
 class DaemonView(Protocol):
     """What the exporter, ``/healthz`` and ``/status`` read."""
 
-    def snapshots(self, idle: bool = True) -> list[RunSnapshot]:
-        """Every watched run (copies); ``idle``: with the note on rules that had nothing to watch."""
+    def snapshots(self, idle: bool = True, alerting: bool = False) -> list[RunSnapshot]:
+        """Every watched run (copies); ``idle``: with the note on rules that had nothing to watch;
+        ``alerting``: at least the runs with an alert firing or a stall (a scrape of
+        ``rlguard_alert_firing`` alone needs no other), the others may be left out."""
         ...
 
     def state(self) -> DaemonState:
