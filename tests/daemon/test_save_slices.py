@@ -1,7 +1,8 @@
-"""The periodic save writes the changed runs a slice at a time and lets the daemon's lock go
-between slices (at 10,000 runs one transaction held it ~5 s: no poll, no scrape, no alert): every
-changed run is saved, a run changed while the save is under way stays changed for the next one,
-and what is on disk is each run's state as its slice saw it."""
+"""The daemon's saves (the periodic one, and a pass's runs read for the first time) write runs a
+slice at a time and let the daemon's lock go between slices (at 10,000 runs one transaction held
+it ~5 s: no poll, no scrape, no alert): every changed run is saved, a run changed while the save
+is under way stays changed for the next one, and what is on disk is each run's state as its
+slice saw it."""
 from __future__ import annotations
 
 import threading
@@ -70,3 +71,26 @@ def test_the_save_goes_slice_by_slice_with_the_lock_let_go_between(tmp_path, mon
     calls.clear()
     d.save()
     assert [n for n, _, _ in calls] == [1] and not mons[0].changed  # saved by the next save
+
+
+def test_the_first_reads_of_a_pass_are_saved_in_slices_too(tmp_path, monkeypatch):
+    """A daemon's first pass reads every run for the first time and saves each at once (a
+    restart must find its stream): that save goes slice by slice as well."""
+    monkeypatch.setattr(service, "SAVE_SLICE", 3)
+    for i in range(RUNS):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0)
+    d = Daemon(cfg, clock=lambda: 1000.0)
+    d.lock = lock = CountingLock()
+    calls: list[tuple[int, int]] = []
+    write = d.save_rows
+
+    def save_rows(rows):
+        rows = list(rows)
+        calls.append((len(rows), lock.free))
+        return write(rows)
+
+    d.save_rows = save_rows
+    d.poll()
+    assert [n for n, _ in calls] == [3, 3, 1] and calls[0][1] < calls[1][1] < calls[2][1]
+    assert not any(m.never_saved for m in d.runs.values()) and len(d.store.load()) == RUNS

@@ -198,6 +198,14 @@ def make_room(daemon: Daemon, found: Found) -> bool:
     return False
 
 
+def say_history(found: int, stall_after: float) -> int:
+    """Log the runs a scan found already ended (judged for the record only); 0: none left to say."""
+    if found:
+        log.warning("%d run(s) found whose logs were already quiet for over %g s: judged for the record only "
+                    "(/status, /metrics): no stop request, no Slack message, no stall alert", found, stall_after)
+    return 0
+
+
 def retire(daemon: Daemon, key: str, why: str) -> bool:
     """Stop watching a run, its state saved with its log's signature; False when it cannot be
     (not a plain file, alerts held in memory, or the state not writable: it stays watched)."""

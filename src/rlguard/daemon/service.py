@@ -96,11 +96,7 @@ class Daemon:
                     continue
                 if self.fleet.place(found) == "mine":
                     taken += self._watch(found)
-            if self._history_new:
-                log.warning("%d run(s) found whose logs were already quiet for over %g s: judged for the record only "
-                            "(/status, /metrics): no stop request, no Slack message, no stall alert",
-                            self._history_new, self.cfg.stall_after)
-                self._history_new = 0
+            self._history_new = lifecycle.say_history(self._history_new, self.cfg.stall_after)
             if taken and self.dispatcher is not None:
                 self.dispatcher.save_state()  # the groups taken over, before anything is told
             for msg in self.finder.errors[self._errors_logged:]:
@@ -226,13 +222,8 @@ class Daemon:
         run read for the first time too (one write per run with a record): a restart that finds
         no saved state reads the log as a new run, and a log rotated meanwhile then starts
         mid-run ("at start" false alarms, the steps before the rotation never judged)."""
-        with self.lock:
-            held = self.outgoing.held()
-            first = [m for m in urgent if m.run not in held]
-            if self.save_rows(m.saved() for m in first):  # (a generator: one state built at a time)
-                for m in first:
-                    m.never_saved = False
-            # before any message queued in this pass may leave
+        self._save_slices(urgent, lambda m: setattr(m, "never_saved", False))
+        with self.lock:  # before any message queued in this pass may leave
             self._record(self.fleet.publish_queued(self.runs, self.names))
             self.last_poll = now
 
@@ -255,20 +246,13 @@ class Daemon:
                     return
                 self.saved.update({k: v for k, v in loaded.items() if k not in self.runs})
             self._record(startup.rewrite(self.problems, self.cfg.state_dir, self.control_token, self._address))
-            pending = [m for m in self.runs.values() if m.changed]
-        saved: list[str] = []
-        for i in range(0, len(pending), SAVE_SLICE):  # the lock let go between slices: polls go on
-            with self.lock:
-                held = self.outgoing.held()
-                part = [m for m in pending[i:i + SAVE_SLICE]
-                        if m.changed and m.run not in held and self.runs.get(m.path) is m]
-                if not self.save_rows(m.saved() for m in part):  # (a generator: one state built at a time)
-                    return  # not written: the runs stay "changed" and are saved at the next try
-                for m in part:
-                    m.changed = False  # (one that changes after its slice stays changed: the next save)
-                saved += [m.path for m in part]
+            changed = [m for m in self.runs.values() if m.changed]
+        # (a run that changes after its slice was written stays changed: the next save)
+        saved = self._save_slices(changed, lambda m: setattr(m, "changed", False))
+        if saved is None:
+            return  # not written: the runs stay "changed" and are saved at the next try
         with self.lock:
-            self._record(self.fleet.periodic(self.runs, self.clock(), saved))
+            self._record(self.fleet.periodic(self.runs, self.clock(), [m.path for m in saved]))
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
@@ -276,6 +260,21 @@ class Daemon:
                     self._problem("notifications", f"notification state not writable: {exc}")
                 else:
                     self._problem("notifications", None)
+
+    def _save_slices(self, mons: list[RunMonitor], mark: Callable[[RunMonitor], None]) -> list[RunMonitor] | None:
+        """Write ``mons`` (not those unwatched since, or with alerts held: Outgoing.held) a slice
+        at a time, the lock let go between slices, and ``mark`` each: those written, or None."""
+        done: list[RunMonitor] = []
+        for i in range(0, len(mons), SAVE_SLICE):
+            with self.lock:
+                held = self.outgoing.held()
+                part = [m for m in mons[i:i + SAVE_SLICE] if m.run not in held and self.runs.get(m.path) is m]
+                if not self.save_rows(m.saved() for m in part):  # (a generator: one state built at a time)
+                    return None
+                for m in part:
+                    mark(m)
+                done += part
+        return done
 
     def save_rows(self, rows: Iterable[Row]) -> bool:
         saved, changes = self.store.save_rows(rows)
