@@ -46,31 +46,30 @@ class TensorBoardReader(Reader):
         return "brain.Event:" in head[:256] or "tfevents" in str(path).rsplit("/", 1)[-1]
 
     def records(self, path: str) -> Iterator[LogRecord]:
+        steps = _Steps()
+        yield from self._cut(path, steps)
+        yield from steps.release()
+        self.stats.records = steps.count
+
+    def _cut(self, path, steps: _Steps) -> Iterator[LogRecord]:
+        """The records ``steps`` completes while ``path`` is read (``self.stats`` its read's;
+        ``self.consumed``: bytes of complete TFRecords, where a tail continues from)."""
         self.stats = stats = ReadStats()
-        self.consumed = 0  # bytes of complete records read (a tail continues from there)
+        self.consumed = 0
         with open_binary(path) as f, reading(path, stats):
-            steps = _Steps()
             for event in _events(f, stats, self):
                 yield from steps.add(*event)
-            yield from steps.release()
-            stats.records = steps.count
-
+        stats.records = steps.count
 
     def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
         """Complete TFRecords at the start of ``data``; a record being written waits, and so
         does a step not yet complete (held in the context: more of its scalars may follow)."""
         self.tailing, self.first_record = True, first_unit - 1
-        self.stats = stats = ReadStats()
-        self.consumed = 0
         steps, context = _Steps.resumed(context)
-        records: list[LogRecord] = []
-        with open_binary(MemoryLog(data, path)) as f, reading(path, stats):
-            for event in _events(f, stats, self):
-                records += steps.add(*event)
-        stats.records = steps.count
-        units = stats.lines - (1 if self.consumed < len(data) else 0)
+        records = list(self._cut(MemoryLog(data, path), steps))
+        units = self.stats.lines - (1 if self.consumed < len(data) else 0)
         context[_STEPS] = steps.state()
-        return Appended(records, self.consumed, max(units, 0), stats.bad_lines, context)
+        return Appended(records, self.consumed, max(units, 0), self.stats.bad_lines, context)
 
     def release(self, context: dict) -> tuple[list[LogRecord], dict]:
         steps, context = _Steps.resumed(context)
@@ -136,7 +135,7 @@ class _Steps:
         return rec
 
     def state(self) -> list:
-        return [self.step, self.part, self.line, sorted(self.before), sorted(self.done), self.missing]
+        return [self.step, self.part, self.line, sorted(self.before), sorted(self.done)]  # (missing: derived)
 
     @classmethod
     def resumed(cls, context: dict) -> tuple[_Steps, dict]:
@@ -144,12 +143,13 @@ class _Steps:
         steps = cls()
         rest = {k: v for k, v in context.items() if k not in (_STEPS, _HELD)}
         saved, old = context.get(_STEPS), context.get(_HELD)
-        if isinstance(saved, list) and len(saved) == 6 and isinstance(saved[1], dict):
-            step, part, line, before, done, missing = saved
+        if isinstance(saved, list) and len(saved) in (5, 6) and isinstance(saved[1], dict):  # (6: with missing)
+            step, part, line, before, done = saved[:5]
             steps.step = None if step is None else int(step)
             steps.part = {str(k): float(v) for k, v in part.items()}
-            steps.line, steps.missing = int(line), int(missing)
+            steps.line = int(line)
             steps.before, steps.done = frozenset(map(str, before)), set(map(str, done))
+            steps.missing = len(steps.before.difference(steps.part))  # (read only while done is empty)
         elif isinstance(old, list) and len(old) == 3 and isinstance(old[1], dict):  # held by 0.3
             steps.step, steps.line = int(old[0]), int(old[2])
             steps.part = {str(k): float(v) for k, v in old[1].items()}
