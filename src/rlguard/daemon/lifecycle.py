@@ -198,12 +198,13 @@ def make_room(daemon: Daemon, found: Found) -> bool:
     return False
 
 
-def say_history(found: int, stall_after: float) -> int:
-    """Log the runs a scan found already ended (judged for the record only); 0: none left to say."""
-    if found:
+def say_history(daemon: Daemon) -> None:
+    """Log the runs the scan just done found already ended (judged for the record only), once."""
+    if daemon.history_new:
         log.warning("%d run(s) found whose logs were already quiet for over %g s: judged for the record only "
-                    "(/status, /metrics): no stop request, no Slack message, no stall alert", found, stall_after)
-    return 0
+                    "(/status, /metrics): no stop request, no Slack message, no stall alert",
+                    daemon.history_new, daemon.cfg.stall_after)
+        daemon.history_new = 0
 
 
 def retire(daemon: Daemon, key: str, why: str) -> bool:

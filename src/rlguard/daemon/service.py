@@ -64,7 +64,7 @@ class Daemon:
         self.dropped_runs = 0
         self._dropped: set[str] = set()  # runs refused at max_runs (tried again at every scan), logged once each
         self.retired: dict[str, list] = {}  # run key -> its log's signature (see .lifecycle)
-        self._history_new = 0  # runs found already ended in this scan (see .lifecycle)
+        self.history_new = 0  # runs found already ended in this scan (see .lifecycle)
         self.finder = Discovery(cfg.watch)
         self.fleet = Fleet(cfg, clock, dispatcher)  # which runs are this shard's, their labels, handing them over
         self.names: dict[str, str] = {}  # run name -> key
@@ -96,7 +96,7 @@ class Daemon:
                     continue
                 if self.fleet.place(found) == "mine":
                     taken += self._watch(found)
-            self._history_new = lifecycle.say_history(self._history_new, self.cfg.stall_after)
+            lifecycle.say_history(self)
             if taken and self.dispatcher is not None:
                 self.dispatcher.save_state()  # the groups taken over, before anything is told
             for msg in self.finder.errors[self._errors_logged:]:
@@ -142,7 +142,7 @@ class Daemon:
         mon.found_at = self.clock()
         if saved is None and lifecycle.history_found(mon, self.cfg.stall_after):
             mon.info.history = True
-            self._history_new += 1
+            self.history_new += 1
         self.runs[found.key], self.names[name] = mon, found.key
         if adopted and self.dispatcher is not None:
             self.dispatcher.adopt_group(name, group)
