@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_load import row  # noqa: E402  (the daemon bench's records)
+from run_footprint import shared_rules  # noqa: E402
 
 POLL, EVAL = 2.0, 10.0
 
@@ -34,7 +35,7 @@ def measure(runs: int, seconds: float, warm: float, quiet: float) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-cadence-"))
     try:
-        packs, rng = load_packs(), random.Random(0)
+        packs, rng = shared_rules(load_packs()), random.Random(0)
         logs, mons = [], []
         for i in range(runs):
             d = tmp / f"run{i:04d}"

@@ -33,6 +33,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_load import row  # noqa: E402  (the daemon bench's records: same metrics, same noise)
 
 
+def shared_rules(packs):
+    """What a daemon hands every run it watches: one plan of its packs (``RulePlan``), or, in a
+    tree from before the plan, the packs themselves."""
+    from rlguard.watchdog import Watchdog
+
+    if "plan" not in Watchdog.__dataclass_fields__:  # (an editable install may still find the module)
+        return packs
+    from rlguard.ruleplan import RulePlan
+
+    return RulePlan(packs)
+
+
 def write_runs(root: Path, runs: int, history: int, rng: random.Random) -> list[tuple[Path, Path]]:
     """``runs`` run dirs under ``root``, each with a ``metrics.jsonl`` of ``history`` steps:
     (run dir, log) pairs."""
@@ -53,7 +65,7 @@ def measure(runs: int, history: int, polls: int) -> dict:
     from rlguard.rulespec import load_packs
     from rlguard.sources.layout import Found
 
-    packs, rng = load_packs(), random.Random(0)
+    packs, rng = shared_rules(load_packs()), random.Random(0)
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-footprint-"))
     try:
         logs = write_runs(tmp, runs, history, rng)

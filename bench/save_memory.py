@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from run_footprint import write_runs  # noqa: E402  (runs of the daemon bench's records)
+from run_footprint import shared_rules, write_runs  # noqa: E402  (runs of the daemon bench's records)
 
 
 def rss_mb() -> float:
@@ -44,7 +44,7 @@ def measure(mode: str, runs: int, history: int, saves: int) -> dict:
     from rlguard.rulespec import load_packs
     from rlguard.sources.layout import Found
 
-    packs, rng = load_packs(), random.Random(0)
+    packs, rng = shared_rules(load_packs()), random.Random(0)
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-savemem-"))
     try:
         mons = []

@@ -17,14 +17,13 @@ import numpy as np
 
 from . import coverage
 from .alerts import Action, Alert, Decision
-from .baselines import apply_baselines
 from .columns import Column, Naming, Recent, columnize
-from .detectors import DETECTORS
 from .engine import RuleInstance, as_of, guard_mask
 from .errors import StateError
 from .feeds import Feeds
 from .firing import BestTracker, degrade, make_alert, say_keep
 from .incidents import Incidents, in_incident
+from .ruleplan import RulePlan
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
 from .sources.block import RecordBlock
@@ -33,24 +32,28 @@ from .vocab import Vocabulary
 
 STATE_VERSION = 3  # 2: the run's incidents (none open in a version-1 state); 3: feeds (rlguard.feeds)
 _READABLE_STATES = (1, 2, 3)
-#: ``metrics: ["*"]``: a rule on every metric no other rule of its detector names
-ANY_METRIC = "*"
 
 
 @dataclass
 class Watchdog:
-    """Applies rule packs to one run. ``baselines`` sets regression baselines per metric."""
+    """Applies rule packs to one run. ``baselines`` sets regression baselines per metric.
+    ``plan``: the packs worked out once (:class:`~rlguard.ruleplan.RulePlan`), shared by the
+    watchdogs of many runs (a daemon); given, it stands for ``packs`` and ``baselines``."""
 
     packs: list[RulePack] = field(default_factory=load_packs)
     run: str = "run"
     vocab: Vocabulary = field(default_factory=Vocabulary)
     baselines: Mapping[str, float] = field(default_factory=dict)
+    plan: RulePlan | None = None
 
     def __post_init__(self) -> None:
-        self.rules: list[Rule] = apply_baselines([r for p in self.packs for r in p.rules if r.enabled],
-                                                 self.baselines)
-        self.best_candidates: list[CheckpointOnBest] = next(
-            (p.checkpoint_on_best for p in self.packs if p.checkpoint_on_best), [])
+        if self.plan is None:
+            self.plan = RulePlan(self.packs, self.baselines)
+        else:
+            self.packs, self.baselines = self.plan.packs, self.plan.baselines
+        plan = self.plan
+        self.rules: list[Rule] = plan.rules  # (the plan's: shared, never changed)
+        self.best_candidates: list[CheckpointOnBest] = plan.best_candidates
         self.naming = Naming(self.vocab)
         self.instances: dict[str, RuleInstance] = {}
         self.recent: dict[str, Recent] = {}
@@ -64,17 +67,9 @@ class Watchdog:
         self.stop_decision: Decision | None = None
         self._prev: LogRecord | None = None
         self._dense: dict[str, list[int]] = {}  # per metric, seq of its last 3 real values (null rule)
-        self._watched = {m for r in self.rules for m in r.metrics if m != ANY_METRIC}
-        # rules on ``metrics: ["*"]`` watch every metric that no other rule of theirs names
-        self._wild = {r.id: self._named_by_kind(r) for r in self.rules if ANY_METRIC in r.metrics}
-        self._wild_rules = [r for r in self.rules if r.id in self._wild]  # all a metric no rule names meets
-        self._rules_for: dict[str, list[Rule]] = {}  # per watched metric: the rules naming it, and the wildcards
         self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
-        self._needed = _needed(self.rules)
         self._chunk_series: dict[str, tuple] = {}
-        self._rule_order = {r.id: i for i, r in enumerate(self.rules)}
-        self._shapes: dict[str, tuple[str | None, bool]] = {}  # rule id -> (companion, coincidence guards)
         self.incidents = Incidents()
         self.feeds = Feeds()  # per metric, the recent values its detectors read (kept once)
 
@@ -108,10 +103,10 @@ class Watchdog:
         self._track_best(cols, pending)
         with sharing():  # a statistic several rules read is computed once (rlguard.stats.shared)
             for name, col in cols.items():
-                if name in self._watched or self._wild:
+                if name in self.plan.watched or self.plan.wild:
                     self._evaluate_metric(name, col, cols, pending, new_alerts)
         self.feeds.commit()  # (after every rule on every metric read the feeds as they were)
-        if self._wild:
+        if self.plan.wild:
             self._finite_seen.update(n for n, c in cols.items()
                                      if n not in self._finite_seen and np.isfinite(c.values).any())
         new_alerts.sort(key=lambda t: (t[0], t[1]))  # arrival order, as a live run sees them
@@ -119,9 +114,9 @@ class Watchdog:
         for _, _, a, best_of in new_alerts:
             say_keep(a, best_of)
         self.alerts.extend(a for _, _, a, _ in new_alerts)
-        self._last.update((f"{a.rule}|{a.metric}", a) for _, _, a, _ in new_alerts)
+        self._last.update((self.plan.key(a.rule, a.metric), a) for _, _, a, _ in new_alerts)
         self._chunk_series = {}
-        for name in self._needed.intersection(cols):
+        for name in self.plan.needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
         pending.sort(key=lambda t: (t[0], t[1]))
         decisions = [d for _, _, d in pending]
@@ -136,21 +131,16 @@ class Watchdog:
     # ------------------------------------------------------------------ evaluation
     def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list,
                          new_alerts: list) -> None:
-        rules = self._wild_rules
-        if name in self._watched:
-            rules = self._rules_for.get(name)
-            if rules is None:
-                rules = self._rules_for[name] = [r for r in self.rules if name in r.metrics or r.id in self._wild]
-        for rule in rules:
-            if name not in rule.metrics and not self._wild_applies(rule, name, col):
+        plan = self.plan
+        for rule, key in plan.rules_for(name):
+            if name not in rule.metrics and not self._wild_applies(rule, name, col, key):
                 continue
-            key = f"{rule.id}|{name}"
             inst = self.instances.get(key)
             if inst is None:
                 inst = self.instances[key] = RuleInstance(rule, name).borrow_from(self.feeds)
-                if rule.id in self._wild and hasattr(inst.detector, "seen_finite"):
+                if rule.id in plan.wild and hasattr(inst.detector, "seen_finite"):
                     inst.detector.seen_finite = name in self._finite_seen  # built late: told the past
-            comp, coincidence = self._shape(rule)
+            comp, coincidence = plan.shapes[rule.id]
             companion = self._companion(rule, comp, col, cols) if comp else None
             if coincidence:
                 # coincidence guards are consulted only where the rule's own detector triggered
@@ -165,23 +155,19 @@ class Watchdog:
                 alert, best_of = make_alert(self.run, rule, name, col, ev, inst.detector.ref_is_best, self.best)
                 if unchecked is not None and ev.firing:
                     degrade(alert, [m for m, miss in unchecked if miss[ev.index]])
-                new_alerts.append((int(col.seq[ev.index]), self._rule_order[rule.id], alert, best_of))
+                new_alerts.append((int(col.seq[ev.index]), plan.order[rule.id], alert, best_of))
                 if ev.firing:
                     d = Decision(Action(alert.action), alert.step, alert.message, alert, rule.kind)
-                    pending.append((int(col.seq[ev.index]), 1 + self._rule_order[rule.id], d))
+                    pending.append((int(col.seq[ev.index]), 1 + plan.order[rule.id], d))
 
-    def _named_by_kind(self, wild: Rule) -> set[str]:
-        """The metrics other rules of a wildcard rule's detector already watch by name."""
-        return {m for r in self.rules if r is not wild and r.detector == wild.detector for m in r.metrics}
-
-    def _wild_applies(self, rule: Rule, name: str, col: Column) -> bool:
+    def _wild_applies(self, rule: Rule, name: str, col: Column, key: str) -> bool:
         """A wildcard rule judges a metric no rule of its detector names, and only once the
         metric gave it something to say (a stateless point detector such as ``nonfinite``):
         a run with 200 healthy metrics costs nothing, and a firing instance still resolves."""
-        named = self._wild.get(rule.id)
+        named = self.plan.wild.get(rule.id)
         if named is None or name in named:
             return False
-        return f"{rule.id}|{name}" in self.instances or not col.all_finite()
+        return key in self.instances or not col.all_finite()
 
     def _unchecked(self, rule: Rule, col: Column, cols: dict[str, Column]):
         """For each ``if_missing: degrade`` guard: (metric, where it had not been logged yet)."""
@@ -207,15 +193,6 @@ class Watchdog:
             return rec.seq.copy(), rec.values.copy(), rec.max_seen, rec.min_seen
         seq, vals = np.concatenate([rec.seq, col.seq]), np.concatenate([rec.values, col.values])
         return seq, vals, rec.max_seen, rec.min_seen
-
-    def _shape(self, rule: Rule) -> tuple[str | None, bool]:
-        """(companion metric, whether every guard is a coincidence guard) of a rule, worked
-        out once: read at every evaluation of every instance."""
-        got = self._shapes.get(rule.id)
-        if got is None:
-            got = self._shapes[rule.id] = (companion_of(rule), bool(rule.guards) and all(
-                g.spike_z is not None for g in rule.guards))
-        return got
 
     def _companion(self, rule: Rule, comp: str, col: Column, cols: dict[str, Column]):
         """(mean, standard error) of the companion's last ``smooth`` values as of each sample.
@@ -247,13 +224,13 @@ class Watchdog:
     # ------------------------------------------------------------------ queries
     def watched(self) -> frozenset[str]:
         """The (canonical) metrics the rules watch."""
-        return frozenset(self._watched)
+        return self.plan.watched
 
     def latest(self, watched_only: bool = True) -> dict[str, tuple[float, int]]:
         """Latest value and step of each metric seen (canonical names), watched ones by default."""
         if not watched_only:
             return dict(self._latest)
-        return {k: v for k, v in self._latest.items() if k in self._watched}
+        return {k: v for k, v in self._latest.items() if k in self.plan.watched}
 
     def coverage(self) -> dict[str, Any]:
         """Which rules had something to watch: ``rules`` (count), ``idle`` (rule ids none of
@@ -263,7 +240,7 @@ class Watchdog:
         active = {key.partition("|")[0] for key in self.instances}
         seen = set(self._latest)
         idle = [r.id for r in self.rules
-                if r.id not in active and r.id not in self._wild and not seen.intersection(r.metrics)]
+                if r.id not in active and r.id not in self.plan.wild and not seen.intersection(r.metrics)]
         raw, unmapped = self.naming.logged()
         return {"rules": len(self.rules), "idle": idle, "metrics": sorted(seen), "raw": raw, "unmapped": unmapped}
 
@@ -317,10 +294,10 @@ class Watchdog:
             self.feeds.load_state_dict(s.get("feeds") or {})  # (none before version 3: adopted)
             for key, st in s["instances"].items():
                 rule_id, metric = key.split("|", 1)
-                rule = next((r for r in self.rules if r.id == rule_id), None)
+                rule = self.plan.by_id.get(rule_id)
                 if rule is None:
                     continue  # a rule removed since: its state is dropped
-                inst = self.instances[key] = RuleInstance(rule, metric).borrow_from(self.feeds)
+                inst = self.instances[self.plan.key(rule_id, metric)] = RuleInstance(rule, metric).borrow_from(self.feeds)
                 inst.load_state_dict(st)
             self.recent = {k: Recent.from_dict(v) for k, v in s["recent"].items()}
             if s["best"]:
@@ -330,7 +307,7 @@ class Watchdog:
             else:
                 self.best = None
             self.alerts = [Alert.from_dict(a) for a in s["alerts"]]
-            self._last = {f"{a.rule}|{a.metric}": a for a in self.alerts}
+            self._last = {self.plan.key(a.rule, a.metric): a for a in self.alerts}
             if s.get("stop"):
                 st = s["stop"]
                 self.stop_decision = Decision(Action(st["action"]), st["step"], st["reason"],
@@ -362,20 +339,3 @@ class Watchdog:
             self.load_state_dict(data)
         except StateError as exc:
             raise StateError(exc.message, path=str(path)) from None
-
-
-def _needed(rules: list[Rule]) -> set[str]:
-    """Metrics other rules look at (guards, companions): their recent values are kept."""
-    names: set[str] = set()
-    for r in rules:
-        names.update(g.metric for g in r.guards)
-        if companion_of(r):
-            names.add(companion_of(r))
-    return names
-
-
-def companion_of(rule: Rule) -> str | None:
-    """The companion metric a two-metric rule names: the parameter its detector declares in
-    ``companion_param`` (None for one-metric detectors)."""
-    param = DETECTORS[rule.detector].companion_param
-    return rule.params.get(param) if param else None

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..alerts import RUN_LABELS, Alert, Decision
+from ..ruleplan import RulePlan
 from ..rulespec import RulePack
 from ..watchdog import Watchdog
 from ..stopfile import write_stop_request
@@ -80,7 +81,7 @@ class RunMonitor:
     """One run: where it lives (a :class:`~rlguard.sources.layout.Found`), the log followed now
     (a run moves on to newer checkpoints and TensorBoard files), and its watchdog."""
 
-    def __init__(self, found: Found | str, run: str, packs: list[RulePack], saved: dict | None = None,
+    def __init__(self, found: Found | str, run: str, packs: list[RulePack] | RulePlan, saved: dict | None = None,
                  max_metrics: int = 2000, context: dict | None = None, settle: float = SETTLE) -> None:
         if isinstance(found, str):  # a single log file
             p = os.path.abspath(found)
@@ -90,8 +91,8 @@ class RunMonitor:
         self.context = dict(context or {})  # labels every alert of this run carries (run_dir, host, url)
         self.tail = FileTail(found.log, saved["tail"] if saved else None, settle=settle)
         self.kind = log_kind(self.tail.path)
-        self.packs = packs
-        self.watchdog = Watchdog(packs=packs, run=run)
+        self.plan = RulePlan.of(packs)  # (a daemon's runs share one)
+        self.watchdog = Watchdog(plan=self.plan, run=run)
         self.info = RunInfo(**saved["info"]) if saved else RunInfo()
         if saved and saved.get("watchdog"):
             self.watchdog.load_state_dict(saved["watchdog"])
@@ -230,7 +231,7 @@ class RunMonitor:
         if inc["id"] == self.info.incarnation:
             return
         if self.info.incarnation is not None:
-            self.watchdog = Watchdog(packs=self.packs, run=self.run)
+            self.watchdog = Watchdog(plan=self.plan, run=self.run)
             self.pending, self._quiet_upto = [], 0
             self.screen, self._watched, self._unsettled = QuietScreen(), watched_keys(self.watchdog), True
             events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
@@ -365,7 +366,7 @@ class RunMonitor:
             log.error("[%s] %s; its records read in this poll are skipped, the run stays watched", self.run, msg)
         self.pending = []
 
-    def reloaded(self, packs: list[RulePack], max_metrics: int, settle_after: float) -> RunMonitor:
+    def reloaded(self, packs: list[RulePack] | RulePlan, max_metrics: int, settle_after: float) -> RunMonitor:
         """This run judged by new rules (SIGHUP), from its saved state and with what it holds."""
         _, run, _, wd_state, info = self.saved()
         saved = {"run": run, "tail": self.tail.state_dict(), "watchdog": wd_state, "info": info}

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from ..alerts import Action, Alert, Decision
 from ..errors import RLGuardError
+from ..ruleplan import RulePlan
 from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
 from . import control, lifecycle, startup
@@ -54,9 +55,9 @@ class Daemon:
 
     def __init__(self, cfg: DaemonConfig, dispatcher: Dispatcher | None = None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.cfg = cfg
-        self.clock = clock
+        self.cfg, self.clock = cfg, clock
         self.packs = load_packs(cfg.rules, with_default=cfg.default_rules)
+        self.plan = RulePlan(self.packs)  # (worked out once, shared by every run)
         self.store = Store(cfg.state_dir)
         self.dispatcher = dispatcher
         self.runs: dict[str, RunMonitor] = {}
@@ -133,11 +134,11 @@ class Daemon:
             name = run_name_for(found.key, taken, name or self.fleet.name(found, labels))
         context = run_context(found.run_dir, name, labels, self.host, self.cfg.run_url_template)
         try:
-            mon = RunMonitor(found, name, self.packs, saved, self.cfg.max_metrics_per_run, context,
+            mon = RunMonitor(found, name, self.plan, saved, self.cfg.max_metrics_per_run, context,
                              self.cfg.settle_after)
         except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
             log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
-            mon, adopted = RunMonitor(found, name, self.packs, None, self.cfg.max_metrics_per_run, context,
+            mon, adopted = RunMonitor(found, name, self.plan, None, self.cfg.max_metrics_per_run, context,
                                       self.cfg.settle_after), False
         mon.found_at = self.clock()
         if saved is None and lifecycle.history_found(mon, self.cfg.stall_after):
@@ -343,9 +344,9 @@ class Daemon:
             log.error("rules not reloaded, keeping the old ones: %s", exc)
             return False
         with self.lock:
-            self.packs = packs
+            self.packs, self.plan = packs, RulePlan(packs)
             for path, mon in list(self.runs.items()):
-                self.runs[path] = mon.reloaded(packs, self.cfg.max_metrics_per_run, self.cfg.settle_after)
+                self.runs[path] = mon.reloaded(self.plan, self.cfg.max_metrics_per_run, self.cfg.settle_after)
             self.reloads += 1
         log.info("rules reloaded: %d rules", sum(len(p.rules) for p in packs))
         return True
