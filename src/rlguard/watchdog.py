@@ -40,17 +40,16 @@ class Watchdog:
     ``plan``: the packs worked out once (:class:`~rlguard.ruleplan.RulePlan`), shared by the
     watchdogs of many runs (a daemon); given, it stands for ``packs`` and ``baselines``."""
 
-    packs: list[RulePack] = field(default_factory=load_packs)
+    packs: list[RulePack] | None = None  # (None: the default pack)
     run: str = "run"
     vocab: Vocabulary = field(default_factory=Vocabulary)
     baselines: Mapping[str, float] = field(default_factory=dict)
     plan: RulePlan | None = None
 
     def __post_init__(self) -> None:
-        if self.plan is None:
-            self.plan = RulePlan(self.packs, self.baselines)
-        else:
-            self.packs, self.baselines = self.plan.packs, self.plan.baselines
+        if self.plan is None:  # (a plan given: no pack is loaded again, per run)
+            self.plan = RulePlan(load_packs() if self.packs is None else self.packs, self.baselines)
+        self.packs, self.baselines = self.plan.packs, self.plan.baselines
         plan = self.plan
         self.rules: list[Rule] = plan.rules  # (the plan's: shared, never changed)
         self.best_candidates: list[CheckpointOnBest] = plan.best_candidates
