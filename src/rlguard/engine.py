@@ -69,10 +69,6 @@ class RuleInstance:
         finally:
             self.kept = feed.take_back(self.detector, chunk.values, chunk.steps)
 
-    @property
-    def key(self) -> str:
-        return f"{self.rule.id}|{self.metric}"
-
     def evaluate(self, col: Column, first_step: int, companion: tuple[np.ndarray, np.ndarray] | None,
                  guard_ok: np.ndarray | None) -> list[Event]:
         values = col.values
