@@ -279,6 +279,10 @@ def _scans(name, params, values, size):
     ("collapse", {"max_ratio": 0.5, "window": 5}),
     ("collapse", {"max_ratio": 0.6, "ref_window": 3, "max_spread": 1000}),
     ("step_down", {"max_ratio": 0.8, "window": 5, "gap": 2, "ref_window": 20}),
+    ("changepoint", {}), ("changepoint", {"half": 5, "z": 5.0, "window": 60}),
+    ("changepoint", {"half": 20, "autocorr": True, "history": 100, "min_history": 20}),
+    ("streak", {"below": 0.5}), ("streak", {"below": 0.5, "min_streak": 4, "alpha": 0.01}),
+    ("share", {"below": 0.5, "min_share": 0.2, "min_records": 20, "max_records": 400}),
 ])
 def test_sample_by_sample_paths_compute_the_batch_numbers(name, params):
     """A live run's few records go through the detectors' sample-by-sample paths (chunks of up
@@ -298,3 +302,48 @@ def test_sample_by_sample_paths_compute_the_batch_numbers(name, params):
         for got, want in ((ss, s), (fs, f)):
             known = ~np.isnan(want)
             assert np.array_equal(got[known], want[known]), (size, np.flatnonzero(got[known] != want[known])[:5])
+
+
+def test_change_point_screen_of_a_few_records_is_the_batch_screen(monkeypatch):
+    """The change-point screen of a live run's few records (plain floats) gives the doubles the
+    vectorized screen gives for the same chunk, warm-up NaNs and zeroed small shifts included."""
+    import rlguard.detectors.changepoint as cp
+
+    r = np.random.default_rng(5)
+    x = 1.0 + 0.1 * r.standard_normal(300)
+    x[150:] += 0.8  # a shift: screens far from 0 as well as near it
+    x[200:203] = 0.0
+    det = cp.ChangePoint(cp.ChangePoint.Params(half=20))
+    compared = 0
+    for off in (0, 5, 38, 39, 40, 100, 149, 160, 199, 250, 290):
+        for n in (1, 2, 6, 16):
+            hist = x[: min(off + n, len(x))]
+            small = det._screen(hist, off, 0.0)
+            with monkeypatch.context() as m:
+                m.setattr(cp, "SMALL", 0)
+                batch = det._screen(hist, off, 0.0)
+            assert isinstance(small, list) and len(small) == len(batch)
+            assert np.array_equal(np.array(small), batch, equal_nan=True), (off, n)
+            compared += int(np.isfinite(batch).sum())
+    assert compared > 100
+
+
+def test_null_mean_of_a_few_records_computes_the_batch_numbers(monkeypatch):
+    """The null-mean detector's plain-float path (a live run's chunks of up to 16) gives, chunk
+    for chunk, the verdicts, means and standard errors its vectorized path gives, bit for bit
+    (the running sums start at the kept tail, so other chunkings differ in the last bit: their
+    verdicts are compared)."""
+    import rlguard.detectors.evidence as ev
+
+    r = np.random.default_rng(3)
+    x = np.concatenate([0.05 + 0.01 * r.standard_normal(200), 0.004 * r.standard_normal(200)])
+    v, _, _ = _scans("null_mean", {"window": 30}, x, len(x))
+    assert (v == 1).any() and (v == 0).any() and (v == -1).any()
+    for size in (1, 5, 16):
+        small = _scans("null_mean", {"window": 30}, x, size)
+        with monkeypatch.context() as m:
+            m.setattr(ev, "SMALL", 0)
+            batch = _scans("null_mean", {"window": 30}, x, size)
+        assert np.array_equal(small[0], v), size
+        for got, want in zip(small, batch):
+            assert np.array_equal(got, want), size

@@ -150,6 +150,13 @@ def rolling(x: np.ndarray, w: int, fn: str = "median", last: int | None = None) 
     return out
 
 
+def nanmax(a: float, b: float) -> float:
+    """``np.maximum`` of two floats: NaN if either is NaN (the detectors' plain-float paths)."""
+    if a != a or b != b:
+        return float("nan")
+    return b if b > a else a
+
+
 def extend_tail(tail: np.ndarray | list[float], values: np.ndarray) -> np.ndarray:
     """History (previous tail + new values) as one array."""
     if len(tail) == 0:

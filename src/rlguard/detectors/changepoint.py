@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import best_split_l2, mad_sigma, median, past_shifts_sd
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
+from .base import SMALL, nanmax, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
 
 
 @register
@@ -74,10 +74,10 @@ class ChangePoint(Detector):
         stat, ref = np.zeros(n), np.full(n, np.nan)
         ref_step = np.full(n, -1, dtype=np.int64)
         sign = {"up": 1, "down": -1, "both": 0}[p.direction]
-        if n == 1:  # a live run's record: the same tests on one float
-            z0 = float(z[0])
-            verdict = np.array([UNKNOWN if z0 != z0 else 0], dtype=np.int8)
-            trips = [0] if z0 == z0 and abs(z0) >= p.z and (sign == 0 or (z0 > 0) - (z0 < 0) == sign) else []
+        if n <= SMALL:  # a live run's few records: the same tests on plain floats
+            verdict = np.array([UNKNOWN if zj != zj else 0 for zj in z], dtype=np.int8)
+            trips = [j for j, zj in enumerate(z)
+                     if zj == zj and abs(zj) >= p.z and (sign == 0 or (zj > 0) - (zj < 0) == sign)]
         else:
             verdict = np.where(np.isnan(z), UNKNOWN, 0).astype(np.int8)
             trips = np.flatnonzero((np.abs(np.nan_to_num(z)) >= p.z) & ((sign == 0) | (np.sign(z) == sign))).tolist()
@@ -101,8 +101,8 @@ class ChangePoint(Detector):
         h, n = self.p.half, len(hist) - off
         cut = max(0, off - 2 * h)  # the sums below never reach further back than this
         hist, off = hist[cut:], off - cut
-        if n == 1:
-            return np.array([self._screen_one(hist.tolist(), off, quantum)])
+        if n <= SMALL:
+            return self._screen_small(hist.tolist(), off, quantum)
         z = np.full(n, np.nan)
         k = off + np.arange(n)  # positions in hist
         ok = k + 1 >= 2 * h
@@ -124,22 +124,29 @@ class ChangePoint(Detector):
         z[ok] = zz
         return z
 
-    def _screen_one(self, hist: list[float], k: int, quantum: float) -> float:
-        """:meth:`_screen` of the one record at position ``k`` of ``hist`` (the values from the
-        same cut), in plain floats: the same sequential sums (``np.cumsum`` adds in order) and
-        the same operations, so the same double."""
+    def _screen_small(self, hist: list[float], off: int, quantum: float) -> list[float]:
+        """:meth:`_screen` of the few records from position ``off`` of ``hist`` (the values from
+        the same cut), in plain floats: the same sequential sums (``np.cumsum`` adds in order),
+        once for the chunk, and the same operations, so the same doubles, without numpy's
+        per-call cost on a live run's few records."""
         h = self.p.half
-        if k + 1 < 2 * h:
-            return float("nan")
+        nan = float("nan")
+        if len(hist) < 2 * h:  # (no record of the chunk has two halves yet)
+            return [nan] * (len(hist) - off)
         cs = [0.0, *accumulate(hist)]
         ad = [0.0, *accumulate(abs(b - a) for a, b in zip([hist[0], *hist[:-1]], hist))]
-        after = (cs[k + 1] - cs[k + 1 - h]) / h
-        before = (cs[k + 1 - h] - cs[k + 1 - 2 * h]) / h
-        mad = (ad[k + 1 - h] - ad[k + 2 - 2 * h]) / max(h - 1, 1)
-        sigma = _nanmax(_nanmax(0.886 * mad, self.p.rel_floor * abs(before)), max(quantum, 1e-12))
-        if abs(after - before) < 0.5 * self.p.min_rel_shift * abs(before):
-            return 0.0
-        return (after - before) / (sigma * math.sqrt(2.0 / h))
+        floor, rel, shift, root = max(quantum, 1e-12), self.p.rel_floor, 0.5 * self.p.min_rel_shift, math.sqrt(2.0 / h)
+        out = []
+        for k in range(off, len(hist)):
+            if k + 1 < 2 * h:
+                out.append(nan)
+                continue
+            after = (cs[k + 1] - cs[k + 1 - h]) / h
+            before = (cs[k + 1 - h] - cs[k + 1 - 2 * h]) / h
+            mad = (ad[k + 1 - h] - ad[k + 2 - 2 * h]) / max(h - 1, 1)
+            sigma = nanmax(nanmax(0.886 * mad, rel * abs(before)), floor)
+            out.append(0.0 if abs(after - before) < shift * abs(before) else (after - before) / (sigma * root))
+        return out
 
     def _confirm(self, hist: np.ndarray, steps: np.ndarray, quantum: float):
         p = self.p
@@ -186,11 +193,6 @@ class ChangePoint(Detector):
         self.last_change_step = int(s.get("last_change_step", -1))
 
 
-def _nanmax(a: float, b: float) -> float:
-    """``np.maximum`` of two floats: NaN if either is NaN."""
-    if a != a or b != b:
-        return float("nan")
-    return b if b > a else a
 
 
 def _split(seg: np.ndarray, min_size: int) -> int:

@@ -18,10 +18,13 @@
 """
 from __future__ import annotations
 
+import math
+from itertools import accumulate
+
 import numpy as np
 from pydantic import Field
 
-from .base import UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
+from .base import SMALL, nanmax, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
 from .simple import Condition, compare
 
 
@@ -47,8 +50,8 @@ class Streak(Detector):
         p = self.p
         hit = compare(chunk.values, chunk.quantum, p.above, p.below)
         n = len(hit)
-        if n == 1:
-            return self._scan_one(int(hit[0]))
+        if n <= SMALL:
+            return self._scan_small(hit.tolist())
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.zeros(n)
         judged = np.flatnonzero(hit != UNKNOWN)
@@ -69,18 +72,29 @@ class Streak(Detector):
         self.k, self.n, self.hits = int(k[-1]), self.n + len(h), self.hits + int(h.sum())
         return Scan(verdict, stat, ref)
 
-    def _scan_one(self, hit: int) -> Scan:
-        """:meth:`scan` of a one-record chunk (a live run): the same counts in plain ints and the
-        same doubles (``np.log`` itself, on the one rate)."""
+    def _scan_small(self, hits: list[int]) -> Scan:
+        """:meth:`scan` of a live run's few records: the same counts in plain ints and the same
+        doubles (``np.log`` itself, once, on the rates)."""
         p = self.p
-        if hit == UNKNOWN:
-            return Scan(np.full(1, UNKNOWN, dtype=np.int8), np.zeros(1), np.zeros(1))
-        h = int(hit == 1)
-        k = (self.k + 1) * h
-        rate = (self.hits + h - k + p.prior_hits) / (self.n + 1 - k + p.prior_n)
-        trig = k >= p.min_streak and k * np.log(rate) <= np.log(p.alpha)
-        self.k, self.n, self.hits = k, self.n + 1, self.hits + h
-        return Scan(np.array([int(trig)], dtype=np.int8), np.array([float(k)]), np.array([rate]))
+        n = len(hits)
+        verdict, stat, ref = [UNKNOWN] * n, [0.0] * n, [0.0] * n
+        judged, ks, rates = [], [], []
+        k, seen, met = self.k, self.n, self.hits
+        for j, hit in enumerate(hits):
+            if hit == UNKNOWN:
+                continue
+            h = int(hit == 1)
+            k, seen, met = (k + 1) * h, seen + 1, met + h
+            judged.append(j)
+            ks.append(k)
+            rates.append((met - k + p.prior_hits) / (seen - k + p.prior_n))  # the counts before the streak
+        if judged:
+            logs, bound = np.log(np.array(rates)).tolist(), np.log(p.alpha)
+            for j, kj, rate, lg in zip(judged, ks, rates, logs):
+                verdict[j] = int(kj >= p.min_streak and kj * lg <= bound)
+                stat[j], ref[j] = float(kj), rate
+            self.k, self.n, self.hits = k, seen, met
+        return Scan(np.array(verdict, dtype=np.int8), np.array(stat), np.array(ref))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} = {fmt(value)}: {int(stat)} records in a row {self.p.words()}, where this run's own "
@@ -112,6 +126,8 @@ class Share(Detector):
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
         hit = compare(chunk.values, chunk.quantum, p.above, p.below)
+        if len(hit) <= SMALL:
+            return self._scan_small(hit.tolist())
         judged = hit != UNKNOWN
         n = self.n + np.cumsum(judged)
         hits = self.hits + np.cumsum(hit == 1)
@@ -121,6 +137,21 @@ class Share(Detector):
         if len(hit):
             self.n, self.hits = int(n[-1]), int(hits[-1])
         return Scan(verdict, share, n.astype(float))
+
+    def _scan_small(self, hits: list[int]) -> Scan:
+        """:meth:`scan` of a live run's few records in plain ints and floats (the same shares)."""
+        p = self.p
+        verdict, shares, counts = [], [], []
+        seen, met = self.n, self.hits
+        for hit in hits:
+            seen, met = seen + (hit != UNKNOWN), met + (hit == 1)
+            share = met / seen if seen > 0 else 0.0
+            ok = hit != UNKNOWN and p.min_records <= seen <= p.max_records
+            verdict.append(int(share >= p.min_share) if ok else UNKNOWN)
+            shares.append(share)
+            counts.append(float(seen))
+        self.n, self.hits = seen, met
+        return Scan(np.array(verdict, dtype=np.int8), np.array(shares, dtype=float), np.array(counts, dtype=float))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} = {fmt(value)}: {stat * 100:.0f}% of the run's first {int(ref)} records were {self.p.words()} "
@@ -155,6 +186,8 @@ class NullMean(Detector):
         hist = extend_tail(self.tail, chunk.values)
         n, off, w = len(chunk.values), len(hist) - len(chunk.values), p.window
         self.tail = keep_tail(hist, w - 1)
+        if n <= SMALL:
+            return self._scan_small(hist.tolist(), off, chunk.values)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.zeros(n)
         end = off + np.arange(n) + 1  # window = hist[end - w: end]
@@ -173,6 +206,27 @@ class NullMean(Detector):
         verdict[ok] = trig
         stat[ok], ref[ok] = mean, se
         return Scan(verdict, stat, ref, level=np.where(ok, stat, chunk.values))
+
+    def _scan_small(self, hist: list[float], off: int, values: np.ndarray) -> Scan:
+        """:meth:`scan` of a live run's few records in plain floats: the same sequential sums
+        (``np.cumsum`` adds in order) and the same operations, so the same doubles."""
+        p, w, n = self.p, self.p.window, len(hist) - off
+        verdict, stat, ref, level = [UNKNOWN] * n, [0.0] * n, [0.0] * n, values.tolist()
+        if len(hist) >= w:
+            c1 = [0.0, *accumulate(hist)]
+            c2 = [0.0, *accumulate(v * v for v in hist)]
+            cn = [0, *accumulate(int(v < 0) for v in hist)]
+            for j in range(n):
+                e = off + j + 1
+                if e < w:
+                    continue
+                mean = (c1[e] - c1[e - w]) / w
+                var = nanmax((c2[e] - c2[e - w]) / w - mean * mean, 0.0) * w / (w - 1)
+                se = math.sqrt(var / w)
+                neg = (cn[e] - cn[e - w]) / w
+                verdict[j] = int(abs(mean) <= p.t * se and neg >= p.min_negative and abs(mean) < p.max_abs_mean)
+                stat[j], ref[j], level[j] = mean, se, mean
+        return Scan(np.array(verdict, dtype=np.int8), np.array(stat), np.array(ref), level=np.array(level))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric}: mean of the last {self.p.window} values {fmt(stat)} is within "

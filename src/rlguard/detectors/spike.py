@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_unique, window_max
-from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list,
+from .base import (SMALL, nanmax, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list,
                    quantile_rows, register, windows)
 
 
@@ -121,8 +121,8 @@ class Spike(Detector):
             spread = MAD_TO_SIGMA * mad
             if p.surrogate == "deciles":
                 low = v if v < low else low
-                spread = _nanmax(spread, sd) if low < 0 else spread
-            scale = _nanmax(_nanmax(spread, p.rel_floor * abs(med)), floor)
+                spread = nanmax(spread, sd) if low < 0 else spread
+            scale = nanmax(nanmax(spread, p.rel_floor * abs(med)), floor)
             z = (v - med) / scale
             trig = z >= p.z if p.direction == "up" else -z >= p.z if p.direction == "down" else abs(z) >= p.z
             if p.min_ratio is not None:
@@ -239,11 +239,6 @@ class Spike(Detector):
         self._block = None
 
 
-def _nanmax(a: float, b: float) -> float:
-    """``np.maximum`` of two floats: NaN if either is NaN."""
-    if a != a or b != b:
-        return float("nan")
-    return b if b > a else a
 
 
 def _deciles(view: np.ndarray) -> np.ndarray:
