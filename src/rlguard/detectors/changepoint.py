@@ -22,7 +22,8 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import best_split_l2, mad_sigma, median, past_shifts_sd
-from .base import SMALL, nanmax, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
+from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, register,
+                   tail_list)
 
 
 @register
@@ -191,8 +192,6 @@ class ChangePoint(Detector):
         self.tail, self.tail_steps = list(s.get("tail", [])), list(s.get("tail_steps", []))
         self.seen, self.quiet_until = int(s.get("seen", 0)), int(s.get("quiet_until", 0))
         self.last_change_step = int(s.get("last_change_step", -1))
-
-
 
 
 def _split(seg: np.ndarray, min_size: int) -> int:

@@ -24,7 +24,8 @@ from itertools import accumulate
 import numpy as np
 from pydantic import Field
 
-from .base import SMALL, nanmax, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list, register
+from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, register,
+                   tail_list)
 from .simple import Condition, compare
 
 
@@ -151,7 +152,8 @@ class Share(Detector):
             shares.append(share)
             counts.append(float(seen))
         self.n, self.hits = seen, met
-        return Scan(np.array(verdict, dtype=np.int8), np.array(shares, dtype=float), np.array(counts, dtype=float))
+        return Scan(np.array(verdict, dtype=np.int8), np.array(shares, dtype=float),
+                    np.array(counts, dtype=float))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} = {fmt(value)}: {stat * 100:.0f}% of the run's first {int(ref)} records were {self.p.words()} "

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_unique, window_max
-from .base import (SMALL, nanmax, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, tail_list,
+from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, tail_list,
                    quantile_rows, register, windows)
 
 
@@ -237,8 +237,6 @@ class Spike(Detector):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
         self.low = np.inf if s.get("low") is None else float(s["low"])
         self._block = None
-
-
 
 
 def _deciles(view: np.ndarray) -> np.ndarray:
