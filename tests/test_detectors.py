@@ -273,6 +273,20 @@ def _scans(name, params, values, size):
     return tuple(np.concatenate([getattr(sc, a) for sc in out]) for a in ("verdict", "stat", "ref"))
 
 
+def _ref_steps_and_levels(name, params, values, size):
+    """The reference steps and judged levels of :func:`_scans` (-1 and the sample where a
+    detector gives none, as the rule engine reads them)."""
+    cls = DETECTORS[name]
+    det = cls(cls.Params.model_validate(params))
+    steps = np.arange(len(values), dtype=np.int64) + 1
+    ref_steps, levels = [], []
+    for i in range(0, len(values), size):
+        sc = det.scan(Chunk(steps[i:i + size], values[i:i + size], 0.0))
+        ref_steps.append(np.full(len(sc.verdict), -1) if sc.ref_step is None else sc.ref_step)
+        levels.append(values[i:i + size] if sc.level is None else sc.level)
+    return np.concatenate(ref_steps), np.concatenate(levels)
+
+
 @pytest.mark.parametrize("name,params", [
     ("spike", {"z": 8.0}), ("spike", {"z": 6.0, "min_ratio": 2.0, "long_window": 40, "refresh": 10}),
     ("growth", {"min_factor": 3.0}), ("growth", {"min_factor": 2.0, "long_window": 50, "over_baseline_max": 1.0}),
@@ -283,6 +297,8 @@ def _scans(name, params, values, size):
     ("changepoint", {"half": 20, "autocorr": True, "history": 100, "min_history": 20}),
     ("streak", {"below": 0.5}), ("streak", {"below": 0.5, "min_streak": 4, "alpha": 0.01}),
     ("share", {"below": 0.5, "min_share": 0.2, "min_records": 20, "max_records": 400}),
+    ("drop_from_peak", {"max_ratio": 0.5}), ("drop_from_peak", {"max_ratio": 0.1, "min_peak": 2.0}),
+    ("rise", {"min_factor": 2.0}), ("rise", {"min_factor": 3.0, "window": 5, "min_delta": 0.5, "min_history": 10}),
 ])
 def test_sample_by_sample_paths_compute_the_batch_numbers(name, params):
     """A live run's few records go through the detectors' sample-by-sample paths (chunks of up
@@ -302,6 +318,8 @@ def test_sample_by_sample_paths_compute_the_batch_numbers(name, params):
         for got, want in ((ss, s), (fs, f)):
             known = ~np.isnan(want)
             assert np.array_equal(got[known], want[known]), (size, np.flatnonzero(got[known] != want[known])[:5])
+        for got, want in zip(_ref_steps_and_levels(name, params, x, size), _ref_steps_and_levels(name, params, x, n)):
+            assert np.array_equal(got, want, equal_nan=True), (size, np.flatnonzero(got != want)[:5])
 
 
 def test_change_point_screen_of_a_few_records_is_the_batch_screen(monkeypatch):
@@ -347,3 +365,33 @@ def test_null_mean_of_a_few_records_computes_the_batch_numbers(monkeypatch):
         assert np.array_equal(small[0], v), size
         for got, want in zip(small, batch):
             assert np.array_equal(got, want), size
+
+
+def test_gain_loss_of_a_few_records_computes_the_batch_numbers(monkeypatch):
+    """The gain-loss detector's plain-float path (a live run's chunks of up to 16) gives, chunk
+    for chunk, the verdicts, shares given back, peaks and peak steps of its vectorized path, bit
+    for bit, on a reward that gains and slides back; and the verdicts of one batch."""
+    import rlguard.detectors.gainloss as gl
+
+    r = np.random.default_rng(8)
+    n = 500
+    x = np.concatenate([np.linspace(0.1, 0.6, 200), np.full(150, 0.6), np.linspace(0.6, 0.25, 150)])
+    x = x + 0.03 * r.standard_normal(n)
+    params = {"window": 10}
+    v, _, _ = _scans("gain_loss", params, x, n)
+    assert (v == 1).any() and (v == 0).any() and (v == -1).any()
+
+    def scans(size):
+        det = gl.GainLoss(gl.GainLoss.Params(**params))
+        steps = np.arange(n, dtype=np.int64) * 10 + 10
+        out = [det.scan(Chunk(steps[i:i + size], x[i:i + size], 0.0)) for i in range(0, n, size)]
+        return [np.concatenate([getattr(sc, a) for sc in out]) for a in ("verdict", "stat", "ref", "ref_step", "level")]
+
+    for size in (1, 6, 16):
+        small = scans(size)
+        with monkeypatch.context() as m:
+            m.setattr(gl, "SMALL", 0)
+            batch = scans(size)
+        assert np.array_equal(small[0], v), size
+        for got, want in zip(small, batch):
+            assert np.array_equal(got, want, equal_nan=True), (size, np.flatnonzero(got != want)[:5])

@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+import math
+import sys
 from functools import lru_cache
 from typing import Literal
 
@@ -14,8 +16,11 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import block_noise, median
-from .base import UNKNOWN, Chunk, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
+from .base import SMALL, UNKNOWN, Chunk, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
 from .level import Early, Rolling
+
+
+_BIG = sys.float_info.max  # what np.nan_to_num makes of an infinity
 
 
 @register
@@ -68,6 +73,8 @@ class GainLoss(Rolling):
             return Scan(verdict, stat, ref, ref_step, level=level)
         if self.start is None:
             self.start = float(level[np.argmax(full)])
+        if n <= SMALL:
+            return self._scan_small(hist, chunk, level, first)
         cand = np.where(full, level, -np.inf)
         acc = np.maximum.accumulate(np.concatenate([[self.peak], cand]))[1:]
         idx = np.where(cand > np.concatenate([[self.peak], acc[:-1]]), np.arange(n), -1)
@@ -89,6 +96,38 @@ class GainLoss(Rolling):
         stat = np.divide(fall, gain, out=np.zeros(n), where=gain > 0)
         self.peak, self.peak_step = float(acc[-1]), int(pstep[-1])
         return Scan(verdict, stat, acc, pstep.astype(np.int64), level=level)
+
+    def _scan_small(self, hist: np.ndarray, chunk: Chunk, level: np.ndarray, first: int) -> Scan:
+        """:meth:`scan` of a live run's few records once the level is full, in plain floats: the
+        same running peak, tests and doubles (``np.log`` itself on the chunk's window counts;
+        the noise from :meth:`_sigmas`, as in the vectorized path)."""
+        p, n = self.p, len(level)
+        lv, steps = level.tolist(), chunk.steps.tolist()
+        start, peak, peak_step = self.start, self.peak, self.peak_step
+        acc, pstep, gains, falls, material, want = [], [], [], [], [], []
+        for j in range(n):
+            full = first + j >= p.window - 1
+            if full and lv[j] > peak:
+                peak, peak_step = lv[j], steps[j]
+            gain, fall = peak - start, peak - lv[j]
+            mat = gain >= p.min_rel_gain * max(abs(start), abs(peak))
+            acc.append(peak), pstep.append(peak_step), gains.append(gain), falls.append(fall), material.append(mat)
+            want.append(full and mat and fall >= p.min_frac * gain and gain > 0 and fall > 0)
+        sig = self._sigmas(hist, n, first, np.array(want)).tolist()
+        floor = max(chunk.quantum, 1e-12) / math.sqrt(p.window)
+        bias = np.sqrt(2.0 * np.log(np.array([max((first + j + 1) / p.window, 1.0) for j in range(n)]))).tolist()
+        verdict, stat = [], []
+        for j in range(n):
+            sj = math.inf if sig[j] != sig[j] else _BIG if sig[j] == math.inf else -_BIG if sig[j] == -math.inf else sig[j]
+            sj = max(sj, floor)  # (np.nan_to_num(nan=inf), then np.maximum with the floor)
+            gain, fall = gains[j], falls[j]
+            trig = (gain >= (p.gain_z + bias[j]) * sj and material[j] and fall >= p.min_frac * gain
+                    and fall >= (p.z + bias[j]) * sj)
+            verdict.append(int(trig) if first + j >= p.window - 1 and math.isfinite(sj) else UNKNOWN)
+            stat.append(fall / gain if gain > 0 else 0.0)
+        self.peak, self.peak_step = acc[-1], int(pstep[-1])
+        return Scan(np.array(verdict, dtype=np.int8), np.array(stat), np.array(acc), np.array(pstep, dtype=np.int64),
+                    level=level)
 
     def _sigmas(self, hist: np.ndarray, n: int, first: int, want: np.ndarray | None) -> np.ndarray:
         """Noise of the level itself: the robust sigma of the differences between consecutive

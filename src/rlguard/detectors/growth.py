@@ -11,6 +11,8 @@ the lowest level of the run.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from pydantic import Field
 
@@ -207,6 +209,8 @@ class Rise(Rolling):
         p = self.p
         _, level, first = self._levels(chunk, p.window - 1)
         n = len(level)
+        if 0 < n <= SMALL:
+            return self._scan_small(level, chunk, first)
         acc = np.minimum.accumulate(np.concatenate([[self.best], level]))
         best = acc[:-1]  # the best before this sample
         idx = np.where(level < best, np.arange(n), -1)
@@ -222,6 +226,25 @@ class Rise(Rolling):
             self.best = float(acc[-1])
             self.best_step = int(chunk.steps[last[-1]]) if last[-1] >= 0 else self.best_step
         return Scan(verdict, ratio, best, best_step.astype(np.int64), level=level)
+
+    def _scan_small(self, level: np.ndarray, chunk: Chunk, first: int) -> Scan:
+        """:meth:`scan` of a live run's few records in plain floats: the same lowest level
+        before each sample, the same ratios and tests."""
+        p, half = self.p, chunk.quantum / 2.0
+        best, best_step = self.best, self.best_step
+        verdict, ratio, bests, steps_of = [], [], [], []
+        for j, (x, step) in enumerate(zip(level.tolist(), chunk.steps.tolist())):
+            lower = x - half
+            r = lower / best if best > 0 else math.nan
+            trig = lower - best >= p.min_delta and (r if best > 0 else math.inf) >= p.min_factor
+            ok = first + j >= p.min_history - 1 and math.isfinite(best) and best > 0
+            verdict.append(int(trig) if ok else UNKNOWN)
+            ratio.append(r), bests.append(best), steps_of.append(best_step)
+            if x < best:
+                best, best_step = x, step
+        self.best, self.best_step = best, best_step
+        return Scan(np.array(verdict, dtype=np.int8), np.array(ratio), np.array(bests),
+                    np.array(steps_of, dtype=np.int64), level=level)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         what = metric if self.p.window == 1 else f"{metric} (median of last {self.p.window})"

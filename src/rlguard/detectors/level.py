@@ -12,6 +12,8 @@ the rolling-level bookkeeping the other level detectors share (:mod:`.growth`,
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from pydantic import Field
 
@@ -38,16 +40,8 @@ class DropFromPeak(Detector):
 
     def scan(self, chunk: Chunk) -> Scan:
         v, steps = chunk.values, chunk.steps
-        if len(v) == 1:  # a live run's record: the same tests on plain floats
-            x = float(v[0])
-            new = x > self.peak  # a strictly new peak
-            run = x if new else self.peak
-            peak_step = int(steps[0]) if new else self.peak_step
-            ratio = (x + chunk.quantum / 2.0) / run if run > 0 else np.nan
-            self.peak, self.peak_step = float(run), peak_step
-            return Scan(np.array([int(ratio <= self.p.max_ratio) if run > self.p.min_peak else UNKNOWN], dtype=np.int8),
-                        np.array([ratio], dtype=float), np.array([run], dtype=float),
-                        np.array([peak_step], dtype=np.int64))
+        if len(v) <= SMALL:  # a live run's few records: the same tests on plain floats
+            return self._scan_small(v.tolist(), steps.tolist(), chunk.quantum / 2.0)
         acc = np.maximum.accumulate(np.concatenate([[self.peak], v]))
         run, before = acc[1:], acc[:-1]
         idx = np.where(v > before, np.arange(len(v)), -1)  # strictly new peaks
@@ -59,6 +53,20 @@ class DropFromPeak(Detector):
         if len(v):
             self.peak, self.peak_step = float(run[-1]), int(peak_step[-1])
         return Scan(verdict.astype(np.int8), ratio, run, peak_step.astype(np.int64))
+
+    def _scan_small(self, values: list[float], steps: list[int], half: float) -> Scan:
+        p = self.p
+        peak, peak_step = self.peak, self.peak_step
+        verdict, ratios, peaks, peak_steps = [], [], [], []
+        for x, step in zip(values, steps):
+            if x > peak:  # a strictly new peak
+                peak, peak_step = x, step
+            ratio = (x + half) / peak if peak > 0 else math.nan  # the largest value the print allows
+            verdict.append(int(ratio <= p.max_ratio) if peak > p.min_peak else UNKNOWN)
+            ratios.append(ratio), peaks.append(peak), peak_steps.append(peak_step)
+        self.peak, self.peak_step = float(peak), int(peak_step)
+        return Scan(np.array(verdict, dtype=np.int8), np.array(ratios, dtype=float), np.array(peaks, dtype=float),
+                    np.array(peak_steps, dtype=np.int64))
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} fell to {fmt(value)}, {stat * 100:.2g}% of its peak {fmt(ref)} "
