@@ -341,3 +341,52 @@ def test_the_stop_message_names_a_checkpoint_to_keep_only_from_before_the_incide
     saved = {s: f"ckpt-{s}" for s in range(5, 50, 5)}
     verdict = Verdict.of([stop])
     assert checkpoint_to_keep(saved, verdict.onset, [verdict.keep_step]).step == (keep or 40)
+
+
+def _dpo_run(n: int = 400, guard_from: int = 150):
+    """A DPO log whose preference accuracy is logged only from record ``guard_from`` (until then
+    the overfit and no-learning rules are muted by their guards), then memorises its pairs."""
+    import random
+
+    rng = random.Random(4)
+    out = []
+    for s in range(1, n + 1):
+        loss = 0.69 * math.exp(-s / 40) + 0.02 * abs(rng.gauss(0, 1)) if s < 250 else 0.001 * rng.random()
+        m = {"loss": loss, "grad_norm": 1.0 + 0.1 * rng.gauss(0, 1)}
+        if s >= guard_from:
+            m["rewards/accuracies"] = 1.0 if s >= 250 else 0.7 + 0.1 * rng.random()
+        out.append(LogRecord(s, m, s))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 7, 400])
+def test_a_rule_muted_by_its_guards_only_advances_its_detector(monkeypatch, chunk):
+    """Where a rule's guards mute every sample of a chunk (a guard metric not logged yet), its
+    detector only advances its state (``Detector.advance``): the same alerts, steps and values,
+    and the same saved state, as scanning it."""
+    from rlguard.detectors.simple import Threshold
+
+    recs = _dpo_run()
+    calls = []
+    real = Threshold.advance
+
+    def counted(self, ch):
+        calls.append(len(ch.values))
+        return real(self, ch)
+
+    def run():
+        wd = Watchdog(run="dpo")
+        for i in range(0, len(recs), chunk):
+            wd.ingest(recs[i:i + chunk])
+        return wd
+
+    monkeypatch.setattr(Threshold, "advance", counted)
+    fast = run()
+    assert sum(calls) >= 149, "the muted records must take the advance path, or it is not tested"
+    monkeypatch.setattr(Threshold, "advance", lambda self, ch: False)
+    slow = run()
+    got = [(a.step, a.rule, a.metric, a.status, a.value) for a in fast.alerts]
+    assert got == [(a.step, a.rule, a.metric, a.status, a.value) for a in slow.alerts]
+    assert any(r == "RLG-DPO-OVERFIT" and f == "firing" for _, r, _, f, _ in got), got
+    assert json.dumps(fast.state_dict(), sort_keys=True, default=str) == json.dumps(slow.state_dict(), sort_keys=True,
+                                                                                    default=str)

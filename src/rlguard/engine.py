@@ -59,20 +59,27 @@ class RuleInstance:
             release(self.detector)
         return self
 
-    def _scan(self, chunk: Chunk) -> Scan:
-        feed = self.feed
-        if feed is None:
-            return self.detector.scan(chunk)
-        feed.lend(self.detector, self.kept)
+    def _scan(self, chunk: Chunk, muted: bool) -> Scan:
+        """The detector's scan, on the tail the feed lends; ``muted`` (the guards mute every
+        sample): only its state advances, where it can (``Detector.advance``), as the verdicts
+        are all "no opinion" whatever it would say."""
+        feed, det = self.feed, self.detector
+        if feed is not None:
+            feed.lend(det, self.kept)
         try:
-            return self.detector.scan(chunk)
+            if muted and det.advance(chunk):
+                n = len(chunk.values)
+                return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n))
+            return det.scan(chunk)
         finally:
-            self.kept = feed.take_back(self.detector, chunk.values, chunk.steps)
+            if feed is not None:
+                self.kept = feed.take_back(det, chunk.values, chunk.steps)
 
     def evaluate(self, col: Column, first_step: int, companion: tuple[np.ndarray, np.ndarray] | None,
                  guard_ok: np.ndarray | None) -> list[Event]:
         values = col.values
         n = len(values)
+        muted = guard_ok is not None and not callable(guard_ok) and not guard_ok.any()
         sel = None
         if not self.detector.wants_nonfinite and not col.all_finite():
             sel = np.isfinite(values)
@@ -82,7 +89,7 @@ class RuleInstance:
                 sel = None  # every sample goes to the detector: no copies (the common, fast case)
         if sel is None:
             other, other_se = companion if companion is not None else (None, None)
-            sc = self._scan(Chunk(col.steps, values, col.quantum, other, other_se))
+            sc = self._scan(Chunk(col.steps, values, col.quantum, other, other_se), muted)
             verdict, stat, ref = sc.verdict, sc.stat, sc.ref
             ref_step = sc.ref_step  # None: no reference step (read only where a rule fires)
             level = sc.level if sc.level is not None else values
@@ -92,7 +99,7 @@ class RuleInstance:
             ref_step = np.full(n, -1, dtype=np.int64)
             if sel.any():
                 other, other_se = (companion[0][sel], companion[1][sel]) if companion is not None else (None, None)
-                sc = self._scan(Chunk(col.steps[sel], values[sel], col.quantum, other, other_se))
+                sc = self._scan(Chunk(col.steps[sel], values[sel], col.quantum, other, other_se), muted)
                 verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
                 if sc.ref_step is not None:
                     ref_step[sel] = sc.ref_step

@@ -82,6 +82,13 @@ class Detector(ABC):
     def scan(self, chunk: Chunk) -> Scan:
         """Judge each new sample; update the bounded state."""
 
+    def advance(self, chunk: Chunk) -> bool:
+        """Take in a chunk none of whose samples can be judged (the rule's guards mute them
+        all: a DPO rule on a GRPO run, whose guard metric is never logged), leaving the state a
+        :meth:`scan` would leave, without judging; False (the default) where the detector
+        cannot, and the engine scans."""
+        return False
+
     @abstractmethod
     def describe(self, metric: str, value: float, stat: float, ref: float,
                  ref_step: int | None) -> str:

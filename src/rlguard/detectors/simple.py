@@ -135,6 +135,14 @@ class Threshold(Detector):
             self.fractional = bool(seen[-1]) if len(seen) else self.fractional
         return Scan(verdict, level, np.full(len(level), bound), level=level if p.window > 1 else None)
 
+    def advance(self, chunk: Chunk) -> bool:
+        """The tail a scan keeps (the state, but for ``fractional_only``'s flag: then it scans)."""
+        if self.p.fractional_only:
+            return False
+        if self.p.window > 1:
+            self.tail = keep_tail(extend_tail(self.tail, chunk.values), self.p.window - 1)
+        return True
+
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         p = self.p
         what = metric if p.window == 1 else f"{metric} ({p.statistic} of last {p.window})"
