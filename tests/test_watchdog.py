@@ -390,3 +390,43 @@ def test_a_rule_muted_by_its_guards_only_advances_its_detector(monkeypatch, chun
     assert any(r == "RLG-DPO-OVERFIT" and f == "firing" for _, r, _, f, _ in got), got
     assert json.dumps(fast.state_dict(), sort_keys=True, default=str) == json.dumps(slow.state_dict(), sort_keys=True,
                                                                                     default=str)
+
+
+def test_guards_of_a_few_samples_are_judged_as_numpy_judges_them(monkeypatch):
+    """A live run's few samples have their guards judged in plain floats: the same mask as the
+    numpy form, for every guard shape that path takes, NaN and infinite values, guard metrics
+    not logged yet or never, ``all`` and ``any``."""
+    import random
+
+    import numpy as np
+
+    from rlguard import engine
+    from rlguard.rulespec import Guard
+
+    rng = random.Random(12)
+    shapes = [{"above": 0.5}, {"below": 0.5}, {"present": True}, {"present": False}, {"ever_above": 2.0}]
+    checked = set()
+    for trial in range(600):
+        guards = [Guard(metric=f"m{i}", if_missing=rng.choice(["pass", "fail", "degrade"]), **rng.choice(shapes))
+                  for i in range(rng.randint(1, 3))]
+        mode = rng.choice(["all", "any"])
+        series = {}
+        for g in guards:
+            if rng.random() < 0.15:
+                continue  # never logged
+            k = rng.randint(0, 30)
+            sseq = np.array(sorted(rng.sample(range(5, 80), k)), dtype=np.int64)
+            svals = np.array([rng.choice([math.nan, math.inf, -math.inf]) if rng.random() < 0.1 else rng.uniform(-1, 3)
+                              for _ in range(k)])
+            prior = rng.choice([-math.inf, math.nan, 0.5, 5.0])
+            series[g.metric] = (sseq, svals, prior, -prior)
+        seq = np.array(sorted(rng.sample(range(0, 90), rng.randint(1, 16))), dtype=np.int64)
+        small = engine.guard_mask(guards, mode, seq, series)
+        with monkeypatch.context() as m:
+            m.setattr(engine, "_SMALL_GUARD", 0)
+            want = engine.guard_mask(guards, mode, seq, series)
+        assert small.dtype == bool and np.array_equal(small, want), (trial, guards, mode, seq, series)
+        shapes_of = (next(k for k in g.model_dump(exclude_none=True) if k not in ("metric", "if_missing"))
+                     for g in guards)
+        checked.update((shape, bool(small.any()), bool((~small).any())) for shape in shapes_of)
+    assert len(checked) >= 12, checked  # every shape seen holding and failing

@@ -12,6 +12,7 @@ met, too little history, coarse printing) neither advance nor reset anything.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -249,6 +250,10 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
                series: dict[str, tuple[np.ndarray, np.ndarray, float, float]]) -> np.ndarray:
     """Which samples satisfy the rule's guards; ``series`` gives (seq, values, max before,
     min before)."""
+    if len(seq) <= _SMALL_GUARD:
+        got = _guard_mask_small(guards, mode, seq, series)
+        if got is not None:
+            return got
     masks = []
     for g in guards:
         src = series.get(g.metric)
@@ -281,6 +286,54 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
                 m = np.where(missing, g.if_missing != "fail", m)
         masks.append(m)
     return np.logical_and.reduce(masks) if mode == "all" else np.logical_or.reduce(masks)
+
+
+#: a live run's chunk: up to this many samples have their guards judged in plain floats
+_SMALL_GUARD = 16
+
+
+def _guard_mask_small(guards: list[Guard], mode: str, seq: np.ndarray,
+                      series: dict[str, tuple[np.ndarray, np.ndarray, float, float]]) -> np.ndarray | None:
+    """:func:`guard_mask` of a few samples in plain floats (the same comparisons on the same
+    latest values); None (the numpy form) for a guard of another shape (spike, position)."""
+    n = len(seq)
+    if n == 0:
+        return np.zeros(0, dtype=bool)
+    masks = []
+    for g in guards:
+        if g.spike_z is not None or g.position_below is not None:
+            return None
+        src = series.get(g.metric)
+        if src is None or len(src[0]) == 0:
+            masks.append([g.if_missing != "fail"] * n)
+            continue
+        sseq, svals, prior_max, _ = src
+        pos = (np.searchsorted(sseq, seq, side="right") - 1).tolist()  # the latest value at or before
+        if g.ever_above is not None:
+            # the largest value logged up to each sample, NaN skipped, from the max kept before
+            peak, upto, ever = prior_max, -1, []
+            vals = svals[: max(pos) + 1].tolist() if pos[-1] >= 0 else []
+            for p in pos:
+                for v in vals[upto + 1: p + 1]:
+                    if v == v and not v <= peak:  # (fmax: a NaN peak gives way)
+                        peak = v
+                upto = max(upto, p)
+                ever.append(peak > g.ever_above)
+            masks.append(ever)
+            continue
+        vals = svals.tolist()
+        m = []
+        for p in pos:
+            cur = vals[p] if p >= 0 else math.nan
+            if cur != cur:  # missing: not logged yet, or logged as NaN
+                m.append((not g.present) if g.present is not None else g.if_missing != "fail")
+            elif g.present is not None:
+                m.append(bool(g.present))
+            else:
+                m.append(cur > g.above if g.above is not None else cur < g.below)
+        masks.append(m)
+    combine = all if mode == "all" else any
+    return np.array([combine(col) for col in zip(*masks)] if masks else [mode == "all"] * n, dtype=bool)
 
 
 def _same_record_spike(z: float, seq: np.ndarray, sseq: np.ndarray, svals: np.ndarray,

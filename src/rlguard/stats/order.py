@@ -170,7 +170,7 @@ def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray
 
 #: a live run's chunk: up to this many positions, windows up to this wide, are sorted as plain
 #: lists (numpy's per-call cost, a few microseconds, is most of the work on a few windows)
-SMALL_LAST, SMALL_W = 8, 64
+SMALL_LAST, SMALL_W = 16, 64
 
 
 def _rolling_median_small(x: np.ndarray, w: int, last: int) -> np.ndarray | None:
