@@ -118,8 +118,9 @@ class GainLoss(Rolling):
         bias = np.sqrt(2.0 * np.log(np.array([max((first + j + 1) / p.window, 1.0) for j in range(n)]))).tolist()
         verdict, stat = [], []
         for j in range(n):
-            sj = math.inf if sig[j] != sig[j] else _BIG if sig[j] == math.inf else -_BIG if sig[j] == -math.inf else sig[j]
-            sj = max(sj, floor)  # (np.nan_to_num(nan=inf), then np.maximum with the floor)
+            sj = sig[j]  # np.nan_to_num(nan=inf), then np.maximum with the floor:
+            sj = math.inf if sj != sj else _BIG if sj == math.inf else -_BIG if sj == -math.inf else sj
+            sj = max(sj, floor)
             gain, fall = gains[j], falls[j]
             trig = (gain >= (p.gain_z + bias[j]) * sj and material[j] and fall >= p.min_frac * gain
                     and fall >= (p.z + bias[j]) * sj)
