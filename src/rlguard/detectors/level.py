@@ -55,6 +55,8 @@ class DropFromPeak(Detector):
         return Scan(verdict.astype(np.int8), ratio, run, peak_step.astype(np.int64))
 
     def _scan_small(self, values: list[float], steps: list[int], half: float) -> Scan:
+        """:meth:`scan` of a live run's few records in plain floats: the same running peak,
+        ratios and tests."""
         p = self.p
         peak, peak_step = self.peak, self.peak_step
         verdict, ratios, peaks, peak_steps = [], [], [], []
