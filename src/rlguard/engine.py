@@ -312,7 +312,7 @@ def _guard_mask_small(guards: list[Guard], mode: str, seq: np.ndarray,
         if g.ever_above is not None:
             # the largest value logged up to each sample, NaN skipped, from the max kept before
             peak, upto, ever = prior_max, -1, []
-            vals = svals[: max(pos) + 1].tolist() if pos[-1] >= 0 else []
+            vals = svals[: pos[-1] + 1].tolist() if pos[-1] >= 0 else []  # (pos rises with seq)
             for p in pos:
                 for v in vals[upto + 1: p + 1]:
                     if v == v and not v <= peak:  # (fmax: a NaN peak gives way)

@@ -65,12 +65,10 @@ class GainLoss(Rolling):
         full = pos >= p.window - 1
         self.seen += n
         self.tail = keep_tail(hist, p.history)
-        verdict = np.full(n, UNKNOWN, dtype=np.int8)
-        stat, ref = np.zeros(n), np.full(n, np.nan)
-        ref_step = np.full(n, -1, dtype=np.int64)
         if not full.any():
             self._sigmas(hist, n, first, None)  # the noise keeps its schedule
-            return Scan(verdict, stat, ref, ref_step, level=level)
+            return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.full(n, np.nan),
+                        np.full(n, -1, dtype=np.int64), level=level)
         if self.start is None:
             self.start = float(level[np.argmax(full)])
         if n <= SMALL:
