@@ -395,3 +395,51 @@ def test_gain_loss_of_a_few_records_computes_the_batch_numbers(monkeypatch):
         assert np.array_equal(small[0], v), size
         for got, want in zip(small, batch):
             assert np.array_equal(got, want, equal_nan=True), (size, np.flatnonzero(got != want)[:5])
+
+
+def _pack_detectors():
+    """(detector name, params) of every rule of the shipped packs, once each."""
+    from rlguard.rulespec import load_packs
+
+    seen = {}
+    for rule in (r for pack in load_packs() for r in pack.rules):
+        params = rule.detector_params()
+        seen.setdefault((rule.detector, params.model_dump_json()), (rule.detector, params))
+    return list(seen.values())
+
+
+def test_a_detector_blind_to_a_chunk_advances_to_the_state_its_scan_leaves():
+    """``Detector.blind`` lets the engine skip a rule still warming up (or past the records it
+    judges): the detector only ``advance``s. For every detector of the shipped packs, fed the
+    same series in random chunks twice, once always scanning and once skipping where it says
+    it is blind: every chunk it skips gets no opinion from its scan, and after every chunk
+    both hold the same state. (One series also goes one record at a time: every boundary.)"""
+    r = np.random.default_rng(23)
+    x = np.abs(1.0 + 0.2 * r.standard_t(3, 400)) * np.where(r.random(400) < 0.02, 8.0, 1.0)
+    x[250:] *= 0.3
+    x[300:320] *= 40.0
+    x[::37] = 0.0
+    series = [x, -0.01 + 0.02 * r.standard_normal(400), np.where(r.random(400) < 0.3, 0.0, 1.0)]
+    skipped = {}
+    for name, params in _pack_detectors():
+        cls = DETECTORS[name]
+        if cls.companion_param is not None:
+            continue
+        for values, one_by_one in [(x, True)] + [(v, False) for v in series]:
+            steps = np.arange(1, len(values) + 1, dtype=np.int64)
+            scanning, skipping = cls(params), cls(params)
+            i = 0
+            while i < len(values):  # (one record at a time meets every boundary of a warm-up)
+                size = 1 if one_by_one else int(r.choice([1, 2, 6, 10, 16, 60]))
+                chunk = Chunk(steps[i:i + size], values[i:i + size], 0.0)
+                want = scanning.scan(chunk)
+                held = len(getattr(skipping, "tail", ()))
+                if skipping.blind(len(chunk.values), held):
+                    assert (want.verdict == -1).all(), (name, params, i, size, want.verdict)
+                    assert skipping.advance(chunk), (name, "blind to a chunk it cannot advance on")
+                    skipped[name] = skipped.get(name, 0) + 1
+                else:
+                    skipping.scan(chunk)
+                assert repr(skipping.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
+                i += size
+    assert set(skipped) >= {"spike", "growth", "step_down", "changepoint", "null_mean", "share", "trend"}, skipped

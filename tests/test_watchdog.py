@@ -400,7 +400,7 @@ def test_guards_of_a_few_samples_are_judged_as_numpy_judges_them(monkeypatch):
 
     import numpy as np
 
-    from rlguard import engine
+    from rlguard import guards as guard_module
     from rlguard.rulespec import Guard
 
     rng = random.Random(12)
@@ -421,12 +421,65 @@ def test_guards_of_a_few_samples_are_judged_as_numpy_judges_them(monkeypatch):
             prior = rng.choice([-math.inf, math.nan, 0.5, 5.0])
             series[g.metric] = (sseq, svals, prior, -prior)
         seq = np.array(sorted(rng.sample(range(0, 90), rng.randint(1, 16))), dtype=np.int64)
-        small = engine.guard_mask(guards, mode, seq, series)
+        small = guard_module.guard_mask(guards, mode, seq, series)
         with monkeypatch.context() as m:
-            m.setattr(engine, "_SMALL_GUARD", 0)
-            want = engine.guard_mask(guards, mode, seq, series)
+            m.setattr(guard_module, "_SMALL_GUARD", 0)
+            want = guard_module.guard_mask(guards, mode, seq, series)
         assert small.dtype == bool and np.array_equal(small, want), (trial, guards, mode, seq, series)
         shapes_of = (next(k for k in g.model_dump(exclude_none=True) if k not in ("metric", "if_missing"))
                      for g in guards)
         checked.update((shape, bool(small.any()), bool((~small).any())) for shape in shapes_of)
     assert len(checked) >= 12, checked  # every shape seen holding and failing
+
+
+def _young_grpo_run(n: int = 300):
+    """A GRPO log (TRL's names) with faults early in its life, while rules still warm up: the
+    gradient norm blows up from record 40, the reward steps down at 120, a NaN loss at 200."""
+    import random
+
+    rng = random.Random(9)
+    out = []
+    for s in range(1, n + 1):
+        m = {"loss": 0.01 * rng.gauss(0, 1), "reward": (0.6 if s < 120 else 0.2) + 0.05 * rng.gauss(0, 1),
+             "reward_std": 0.3 + 0.05 * rng.random(), "kl": 0.001 * s + 0.0005 * rng.random(),
+             "grad_norm": (1.0 if s < 40 or s > 60 else 50.0 * (s - 39)) * (1 + 0.1 * rng.random()),
+             "entropy": 1.0 + 0.05 * rng.gauss(0, 1), "learning_rate": 1e-6}
+        if s == 200:
+            m["loss"] = math.nan
+        out.append(LogRecord(s, m, s))
+    return out
+
+
+@pytest.mark.parametrize("chunk", [1, 6, 25])
+def test_a_rule_whose_detector_is_blind_to_a_chunk_is_skipped(monkeypatch, chunk):
+    """A rule whose detector is still warming up (``Detector.blind``) is skipped: no guards,
+    no scan, no life cycle, only ``Detector.advance``. A young GRPO run with faults gives the
+    same alerts, steps and values, and the same saved state, as evaluating every rule."""
+    from rlguard.engine import RuleInstance
+
+    recs = _young_grpo_run()
+    skips = []
+    real = RuleInstance.skip
+
+    def counted(self, col):
+        done = real(self, col)
+        skips.append(done)
+        return done
+
+    def run():
+        wd = Watchdog(run="grpo")
+        for i in range(0, len(recs), chunk):
+            wd.ingest(recs[i:i + chunk])
+        return wd
+
+    monkeypatch.setattr(RuleInstance, "skip", counted)
+    fast = run()
+    assert sum(skips) >= 10, "rules warming up must be skipped, or the skipping is not tested"
+    monkeypatch.setattr(RuleInstance, "skip", lambda self, col: False)
+    slow = run()
+    got = [(a.step, a.rule, a.metric, a.status, a.value) for a in fast.alerts]
+    assert repr(got) == repr([(a.step, a.rule, a.metric, a.status, a.value) for a in slow.alerts])  # (NaN values)
+    fired = {r for _, r, _, f, _ in got if f == "firing"}
+    assert {"RLG-GRAD-EXPLOSION", "RLG-NONFINITE-LOSS", "RLG-REWARD-STEP-DOWN"} <= fired, fired
+    assert json.dumps(fast.state_dict(), sort_keys=True, default=str) == json.dumps(slow.state_dict(), sort_keys=True,
+                                                                                    default=str)

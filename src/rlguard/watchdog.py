@@ -18,7 +18,8 @@ import numpy as np
 from . import coverage
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
-from .engine import RuleInstance, as_of, guard_mask
+from .engine import RuleInstance
+from .guards import as_of, guard_mask
 from .errors import StateError
 from .feeds import Feeds
 from .firing import BestTracker, degrade, make_alert, say_keep
@@ -139,6 +140,8 @@ class Watchdog:
                 inst = self.instances[key] = RuleInstance(rule, name).borrow_from(self.feeds)
                 if rule.id in plan.wild and hasattr(inst.detector, "seen_finite"):
                     inst.detector.seen_finite = name in self._finite_seen  # built late: told the past
+            if inst.skip(col):  # a detector still warming up: nothing to judge, no guards built
+                continue
             comp, coincidence = plan.shapes[rule.id]
             companion = self._companion(rule, comp, col, cols) if comp else None
             if coincidence:

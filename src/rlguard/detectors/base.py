@@ -84,9 +84,21 @@ class Detector(ABC):
 
     def advance(self, chunk: Chunk) -> bool:
         """Take in a chunk none of whose samples can be judged (the rule's guards mute them
-        all: a DPO rule on a GRPO run, whose guard metric is never logged), leaving the state a
-        :meth:`scan` would leave, without judging; False (the default) where the detector
-        cannot, and the engine scans."""
+        all: a DPO rule on a GRPO run, whose guard metric is never logged; or the detector is
+        :meth:`blind` to it), leaving the state a :meth:`scan` would leave, without judging;
+        False (the default) where the detector cannot, and the engine scans. It never reads
+        the companion series (a blind chunk comes without one)."""
+        return False
+
+    def blind(self, n: int, held: int) -> bool:
+        """Whether none of the next ``n`` samples can be judged, whatever their values: too
+        little history yet (a warm-up), or past the records the detector judges. ``held``: how
+        many values its tail holds now (lent by the feed during a scan only, so the engine
+        counts them). True only where :meth:`advance` takes such a chunk in: the engine then
+        skips the rule for the chunk, guards, scan and life cycle, as all of it would be "no
+        opinion" (a young run's first records meet a dozen rules still warming up). Counts
+        only, never values: fewer samples than ``n`` (the engine drops non-finite ones) are
+        blind too. False (the default): the engine scans."""
         return False
 
     @abstractmethod

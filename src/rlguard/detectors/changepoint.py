@@ -93,10 +93,25 @@ class ChangePoint(Detector):
             verdict[j], stat[j], ref[j], ref_step[j] = 1, found[0], found[1], found[2]
             self.last_change_step = int(found[2])
             self.quiet_until = absolute + p.half
+        self._keep_tail(hist, hsteps, n)
+        return Scan(verdict, stat, ref, ref_step)
+
+    def blind(self, n: int, held: int) -> bool:
+        """Every sample until the screen has its two halves."""
+        return held + n < 2 * self.p.half
+
+    def advance(self, chunk: Chunk) -> bool:
+        """The tail (values and steps) and count a scan keeps."""
+        hist = extend_tail(self.tail, chunk.values)
+        self._keep_tail(hist, np.concatenate([np.asarray(self.tail_steps, dtype=np.int64), chunk.steps]),
+                        len(chunk.values))
+        return True
+
+    def _keep_tail(self, hist: np.ndarray, hsteps: np.ndarray, n: int) -> None:
+        p = self.p
         self.seen += n
         keep = p.window + 2 * p.half + (p.history + p.window if p.history else 0)
         self.tail, self.tail_steps = keep_tail(hist, keep), hsteps[-keep:].copy()
-        return Scan(verdict, stat, ref, ref_step)
 
     def _screen(self, hist: np.ndarray, off: int, quantum: float) -> np.ndarray:
         h, n = self.p.half, len(hist) - off

@@ -139,6 +139,17 @@ class Share(Detector):
             self.n, self.hits = int(n[-1]), int(hits[-1])
         return Scan(verdict, share, n.astype(float))
 
+    def blind(self, n: int, held: int) -> bool:
+        """Every record before ``min_records`` were judged, and after ``max_records``."""
+        return self.n + n < self.p.min_records or self.n >= self.p.max_records
+
+    def advance(self, chunk: Chunk) -> bool:
+        """The counts a scan keeps."""
+        hit = compare(chunk.values, chunk.quantum, self.p.above, self.p.below).tolist()
+        self.n += len(hit) - hit.count(UNKNOWN)
+        self.hits += hit.count(1)
+        return True
+
     def _scan_small(self, hits: list[int]) -> Scan:
         """:meth:`scan` of a live run's few records in plain ints and floats (the same shares)."""
         p = self.p
@@ -208,6 +219,15 @@ class NullMean(Detector):
         verdict[ok] = trig
         stat[ok], ref[ok] = mean, se
         return Scan(verdict, stat, ref, level=np.where(ok, stat, chunk.values))
+
+    def blind(self, n: int, held: int) -> bool:
+        """Every sample until the window is full."""
+        return held + n < self.p.window
+
+    def advance(self, chunk: Chunk) -> bool:
+        """The tail a scan keeps."""
+        self.tail = keep_tail(extend_tail(self.tail, chunk.values), self.p.window - 1)
+        return True
 
     def _scan_small(self, hist: list[float], off: int, values: np.ndarray) -> Scan:
         """:meth:`scan` of a live run's few records in plain floats: the same sequential sums

@@ -230,16 +230,33 @@ class Trend(Rolling):
         direction: Literal["up", "down"] = Field("down", description="the move judged: up or down")
         max_records: int = Field(30, ge=4, description="judge only the first N samples of the run")
 
+    def blind(self, n: int, held: int) -> bool:
+        """Every sample until the test has ``min_history`` samples, and after ``max_records``."""
+        return self.seen >= self.p.max_records or self.seen + n < self.p.min_history
+
+    def advance(self, chunk: Chunk) -> bool:
+        """The tail and count a scan keeps."""
+        self._take(chunk)
+        return True
+
+    def _take(self, chunk: Chunk) -> np.ndarray | None:
+        """Count the chunk and keep the tail; the history judged (None: past the judged start)."""
+        p = self.p
+        if self.seen >= p.max_records:  # past the judged start of the run: nothing to keep
+            self.seen += len(chunk.values)
+            return None
+        hist = extend_tail(self.tail, chunk.values[: p.max_records + p.window])
+        self.seen += len(chunk.values)
+        self.tail = keep_tail(hist, p.window - 1)
+        return hist
+
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
         n = len(chunk.values)
-        if self.seen >= p.max_records:  # past the judged start of the run: nothing to keep
-            self.seen += n
-            return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n))
-        hist = extend_tail(self.tail, chunk.values[: p.max_records + p.window])
         first = self.seen
-        self.seen += n
-        self.tail = keep_tail(hist, p.window - 1)
+        hist = self._take(chunk)
+        if hist is None:
+            return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n))
         off = len(hist) - min(n, p.max_records + p.window)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         stat, ref = np.zeros(n), np.zeros(n)

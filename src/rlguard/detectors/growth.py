@@ -47,10 +47,26 @@ class Growth(Rolling):
         super().__init__(params)
         self._block: tuple | None = None  # (block, base, top): derived from the tail, not state
 
+    def _keep(self) -> int:
+        p = self.p
+        return p.lag + max(p.baseline_window, p.long_window or 0) + p.window + p.refresh
+
+    def blind(self, n: int, held: int) -> bool:
+        """Every sample until the block whose lagged baseline holds ``min_baseline`` samples (the
+        tail holds the whole run until then: the baseline's end is a position in the run)."""
+        p = self.p
+        a = self.seen + n - 1
+        return a - a % p.refresh - p.lag < min(p.baseline_window, p.min_baseline)
+
+    def advance(self, chunk: Chunk) -> bool:
+        """The tail and count a scan keeps (the block's baseline is derived)."""
+        self._advance_levels(chunk, self._keep())
+        self._block = None
+        return True
+
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        keep = p.lag + max(p.baseline_window, p.long_window or 0) + p.window + p.refresh
-        hist, level, first = self._levels(chunk, keep)
+        hist, level, first = self._levels(chunk, self._keep())
         n = len(level)
         if 0 < n <= SMALL:  # a live run's few records: sample by sample, a baseline per block
             return self._scan_small(hist, level, first, chunk.quantum)

@@ -100,6 +100,11 @@ class Rolling(Detector):
         self.tail = keep_tail(hist, keep)
         return hist, level, first
 
+    def _advance_levels(self, chunk: Chunk, keep: int) -> None:
+        """The state :meth:`_levels` leaves (the tail and the count), without the levels."""
+        self.seen += len(chunk.values)
+        self.tail = keep_tail(extend_tail(self.tail, chunk.values), keep)
+
     def state_dict(self):
         return {"tail": tail_list(self.tail), "seen": self.seen}
 

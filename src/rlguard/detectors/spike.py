@@ -99,6 +99,25 @@ class Spike(Detector):
         self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
         return Scan(verdict, z, med)
 
+    def blind(self, n: int, held: int) -> bool:
+        """Every sample until the block whose baseline has ``min_history`` samples behind it."""
+        p = self.p
+        a = self.seen + n - 1
+        return min(a - a % p.refresh, p.window) < p.min_history
+
+    def advance(self, chunk: Chunk) -> bool:
+        """The tail, count and lowest value a scan keeps (the block's baseline is derived)."""
+        p = self.p
+        if p.surrogate == "deciles":
+            low = self.low
+            for v in chunk.values.tolist():
+                low = v if v < low else low
+            self.low = low
+        self.seen += len(chunk.values)
+        self.tail = keep_tail(extend_tail(self.tail, chunk.values), max(p.window, p.long_window or 0) + p.refresh)
+        self._block = None
+        return True
+
     def _scan_small(self, hist: np.ndarray, chunk: Chunk) -> Scan:
         """:meth:`scan` of a few records, sample by sample in plain floats: the same operations
         on the same doubles (NaN propagating as numpy's maximum does), each block's baseline

@@ -62,10 +62,23 @@ class StepDown(Rolling):
         before = rolling(seg, p.ref_window, "median")[p.ref_window - 1: len(seg) - back]
         return float(np.std(lv - before))
 
+    def _keep(self) -> int:
+        p = self.p
+        return p.window + p.gap + p.ref_window - 1 + (p.history + p.window + p.gap + p.ref_window if p.history else 0)
+
+    def blind(self, n: int, held: int) -> bool:
+        """Every sample until the level's window and the reference before it are both full."""
+        p = self.p
+        return held + n < p.window + p.gap + p.ref_window
+
+    def advance(self, chunk: Chunk) -> bool:
+        """The tail and count a scan keeps."""
+        self._advance_levels(chunk, self._keep())
+        return True
+
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        keep = p.window + p.gap + p.ref_window - 1 + (p.history + p.window + p.gap + p.ref_window if p.history else 0)
-        hist, level, first = self._levels(chunk, keep)
+        hist, level, first = self._levels(chunk, self._keep())
         n, off = len(level), len(hist) - len(level)
         back = p.window + p.gap  # the reference ends this many samples back
         span = back + p.ref_window
