@@ -175,8 +175,10 @@ class RuleInstance:
             # fast path for the daemon's small chunks: nothing pending, nothing triggered
             vl = verdict.tolist()
             if TRIGGERED not in vl:
-                last = next((i for i in range(len(vl) - 1, -1, -1) if vl[i] != UNKNOWN), None)
-                if last is not None:
+                last = len(vl) - 1  # the latest judged sample
+                while last >= 0 and vl[last] == UNKNOWN:
+                    last -= 1
+                if last >= 0:
                     self.last_step = int(steps[last])
                 return []
         judged = np.flatnonzero(verdict != UNKNOWN)
