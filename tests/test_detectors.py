@@ -413,7 +413,9 @@ def test_a_detector_blind_to_a_chunk_advances_to_the_state_its_scan_leaves():
     judges): the detector only ``advance``s. For every detector of the shipped packs, fed the
     same series in random chunks twice, once always scanning and once skipping where it says
     it is blind: every chunk it skips gets no opinion from its scan, and after every chunk
-    both hold the same state. (One series also goes one record at a time: every boundary.)"""
+    both hold the same state. (One series also goes one record at a time: every boundary.)
+    A third copy ``advance``s on every chunk it can (a rule its guards mute, blind or not):
+    the same state again."""
     r = np.random.default_rng(23)
     x = np.abs(1.0 + 0.2 * r.standard_t(3, 400)) * np.where(r.random(400) < 0.02, 8.0, 1.0)
     x[250:] *= 0.3
@@ -427,7 +429,7 @@ def test_a_detector_blind_to_a_chunk_advances_to_the_state_its_scan_leaves():
             continue
         for values, one_by_one in [(x, True)] + [(v, False) for v in series]:
             steps = np.arange(1, len(values) + 1, dtype=np.int64)
-            scanning, skipping = cls(params), cls(params)
+            scanning, skipping, advancing = cls(params), cls(params), cls(params)
             i = 0
             while i < len(values):  # (one record at a time meets every boundary of a warm-up)
                 size = 1 if one_by_one else int(r.choice([1, 2, 6, 10, 16, 60]))
@@ -440,6 +442,9 @@ def test_a_detector_blind_to_a_chunk_advances_to_the_state_its_scan_leaves():
                     skipped[name] = skipped.get(name, 0) + 1
                 else:
                     skipping.scan(chunk)
+                if not advancing.advance(chunk):  # (any chunk: the path of a rule its guards mute)
+                    advancing.scan(chunk)
                 assert repr(skipping.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
+                assert repr(advancing.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
                 i += size
     assert set(skipped) >= {"spike", "growth", "step_down", "changepoint", "null_mean", "share", "trend"}, skipped

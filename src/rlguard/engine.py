@@ -94,16 +94,7 @@ class RuleInstance:
         else:
             chunk = None  # (the detector is not called: as evaluate() does)
         if chunk is not None:
-            feed = self.feed
-            if feed is not None:
-                feed.lend(det, self.kept)
-            try:
-                taken = det.advance(chunk)
-            finally:
-                if feed is not None:
-                    self.kept = feed.take_back(det, chunk.values, chunk.steps)
-            if not taken:
-                raise AssertionError(f"{det.name}: blind to a chunk it cannot advance on")
+            self._scan(chunk, muted=True)  # (advances; a detector that could not would scan: no opinion all the same)
         self.samples += n
         self.last_seen = int(col.steps[-1])
         return True

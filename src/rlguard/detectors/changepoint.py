@@ -101,7 +101,10 @@ class ChangePoint(Detector):
         return held + n < 2 * self.p.half
 
     def advance(self, chunk: Chunk) -> bool:
-        """The tail (values and steps) and count a scan keeps."""
+        """The tail (values and steps) and count a scan keeps, where the screen cannot trip
+        (it is blind): elsewhere a trip would move ``quiet_until``, so the engine scans."""
+        if not self.blind(len(chunk.values), len(self.tail)):
+            return False
         hist = extend_tail(self.tail, chunk.values)
         self._keep_tail(hist, np.concatenate([np.asarray(self.tail_steps, dtype=np.int64), chunk.steps]),
                         len(chunk.values))
