@@ -359,6 +359,36 @@ def _dpo_run(n: int = 400, guard_from: int = 150):
     return out
 
 
+def _with_and_without(monkeypatch, recs, chunk: int, owner, name: str, off):
+    """Two watchdogs fed ``recs`` in chunks of ``chunk``: one with ``owner.name`` as it is
+    (each call's argument and result recorded), one with ``off`` in its place; after checking
+    that both gave the same alerts (step, rule, metric, status, value) and the same saved
+    state, the first one's alerts as tuples and the calls recorded."""
+    calls = []
+    real = getattr(owner, name)
+
+    def counted(self, arg):
+        got = real(self, arg)
+        calls.append((arg, got))
+        return got
+
+    def run():
+        wd = Watchdog(run="twice")
+        for i in range(0, len(recs), chunk):
+            wd.ingest(recs[i:i + chunk])
+        return wd
+
+    monkeypatch.setattr(owner, name, counted)
+    fast = run()
+    monkeypatch.setattr(owner, name, off)
+    slow = run()
+    got = [(a.step, a.rule, a.metric, a.status, a.value) for a in fast.alerts]
+    assert repr(got) == repr([(a.step, a.rule, a.metric, a.status, a.value) for a in slow.alerts])  # (NaN values)
+    assert json.dumps(fast.state_dict(), sort_keys=True, default=str) == json.dumps(slow.state_dict(), sort_keys=True,
+                                                                                    default=str)
+    return got, calls
+
+
 @pytest.mark.parametrize("chunk", [1, 7, 400])
 def test_a_rule_muted_by_its_guards_only_advances_its_detector(monkeypatch, chunk):
     """Where a rule's guards mute every sample of a chunk (a guard metric not logged yet), its
@@ -366,30 +396,9 @@ def test_a_rule_muted_by_its_guards_only_advances_its_detector(monkeypatch, chun
     and the same saved state, as scanning it."""
     from rlguard.detectors.simple import Threshold
 
-    recs = _dpo_run()
-    calls = []
-    real = Threshold.advance
-
-    def counted(self, ch):
-        calls.append(len(ch.values))
-        return real(self, ch)
-
-    def run():
-        wd = Watchdog(run="dpo")
-        for i in range(0, len(recs), chunk):
-            wd.ingest(recs[i:i + chunk])
-        return wd
-
-    monkeypatch.setattr(Threshold, "advance", counted)
-    fast = run()
-    assert sum(calls) >= 149, "the muted records must take the advance path, or it is not tested"
-    monkeypatch.setattr(Threshold, "advance", lambda self, ch: False)
-    slow = run()
-    got = [(a.step, a.rule, a.metric, a.status, a.value) for a in fast.alerts]
-    assert got == [(a.step, a.rule, a.metric, a.status, a.value) for a in slow.alerts]
+    got, calls = _with_and_without(monkeypatch, _dpo_run(), chunk, Threshold, "advance", lambda self, ch: False)
+    assert sum(len(ch.values) for ch, _ in calls) >= 149, "the muted records must take the advance path"
     assert any(r == "RLG-DPO-OVERFIT" and f == "firing" for _, r, _, f, _ in got), got
-    assert json.dumps(fast.state_dict(), sort_keys=True, default=str) == json.dumps(slow.state_dict(), sort_keys=True,
-                                                                                    default=str)
 
 
 def test_guards_of_a_few_samples_are_judged_as_numpy_judges_them(monkeypatch):
@@ -457,29 +466,7 @@ def test_a_rule_whose_detector_is_blind_to_a_chunk_is_skipped(monkeypatch, chunk
     same alerts, steps and values, and the same saved state, as evaluating every rule."""
     from rlguard.engine import RuleInstance
 
-    recs = _young_grpo_run()
-    skips = []
-    real = RuleInstance.skip
-
-    def counted(self, col):
-        done = real(self, col)
-        skips.append(done)
-        return done
-
-    def run():
-        wd = Watchdog(run="grpo")
-        for i in range(0, len(recs), chunk):
-            wd.ingest(recs[i:i + chunk])
-        return wd
-
-    monkeypatch.setattr(RuleInstance, "skip", counted)
-    fast = run()
-    assert sum(skips) >= 10, "rules warming up must be skipped, or the skipping is not tested"
-    monkeypatch.setattr(RuleInstance, "skip", lambda self, col: False)
-    slow = run()
-    got = [(a.step, a.rule, a.metric, a.status, a.value) for a in fast.alerts]
-    assert repr(got) == repr([(a.step, a.rule, a.metric, a.status, a.value) for a in slow.alerts])  # (NaN values)
+    got, calls = _with_and_without(monkeypatch, _young_grpo_run(), chunk, RuleInstance, "skip", lambda self, col: False)
+    assert sum(done for _, done in calls) >= 10, "rules warming up must be skipped, or the skipping is not tested"
     fired = {r for _, r, _, f, _ in got if f == "firing"}
     assert {"RLG-GRAD-EXPLOSION", "RLG-NONFINITE-LOSS", "RLG-REWARD-STEP-DOWN"} <= fired, fired
-    assert json.dumps(fast.state_dict(), sort_keys=True, default=str) == json.dumps(slow.state_dict(), sort_keys=True,
-                                                                                    default=str)
