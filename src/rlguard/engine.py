@@ -60,17 +60,16 @@ class RuleInstance:
             release(self.detector)
         return self
 
-    def _scan(self, chunk: Chunk, muted: bool) -> Scan:
-        """The detector's scan, on the tail the feed lends; ``muted`` (the guards mute every
-        sample): only its state advances, where it can (``Detector.advance``), as the verdicts
-        are all "no opinion" whatever it would say."""
+    def _scan(self, chunk: Chunk, muted: bool) -> Scan | None:
+        """The detector's scan, on the tail the feed lends; ``muted`` (every verdict would be
+        "no opinion" whatever it said: the guards mute every sample, or the detector is blind):
+        only its state advances, where it can (``Detector.advance``), and None is returned."""
         feed, det = self.feed, self.detector
         if feed is not None:
             feed.lend(det, self.kept)
         try:
             if muted and det.advance(chunk):
-                n = len(chunk.values)
-                return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n))
+                return None
             return det.scan(chunk)
         finally:
             if feed is not None:
@@ -87,14 +86,8 @@ class RuleInstance:
         if not n or not det.blind(n, self.kept if self.feed is not None else len(getattr(det, "tail", ()))):
             return False
         sel = self._selection(col)
-        if sel is None:
-            chunk = Chunk(col.steps, col.values, col.quantum)
-        elif sel.any():
-            chunk = Chunk(col.steps[sel], col.values[sel], col.quantum)
-        else:
-            chunk = None  # (the detector is not called: as evaluate() does)
-        if chunk is not None:
-            self._scan(chunk, muted=True)  # (advances; a detector that could not would scan: no opinion all the same)
+        if sel is None or sel.any():  # (no sample selected: the detector is not called, as in evaluate())
+            self._scan(self._chunk(col, sel), muted=True)  # (a detector that could not advance scans: no opinion all the same)
         self.samples += n
         self.last_seen = int(col.steps[-1])
         return True
@@ -112,6 +105,17 @@ class RuleInstance:
                 sel = None  # every sample goes to the detector: no copies (the common, fast case)
         return sel
 
+    @staticmethod
+    def _chunk(col: Column, sel: np.ndarray | None,
+               companion: tuple[np.ndarray, np.ndarray] | None = None) -> Chunk:
+        """The selected samples of ``col`` (all where ``sel`` is None), with the companion's."""
+        other, other_se = companion if companion is not None else (None, None)
+        if sel is None:
+            return Chunk(col.steps, col.values, col.quantum, other, other_se)
+        if other is not None:
+            other, other_se = other[sel], other_se[sel]
+        return Chunk(col.steps[sel], col.values[sel], col.quantum, other, other_se)
+
     def evaluate(self, col: Column, first_step: int, companion: tuple[np.ndarray, np.ndarray] | None,
                  guard_ok: np.ndarray | None) -> list[Event]:
         values = col.values
@@ -119,8 +123,7 @@ class RuleInstance:
         muted = guard_ok is not None and not callable(guard_ok) and not guard_ok.any()
         sel = self._selection(col)
         if sel is None:
-            other, other_se = companion if companion is not None else (None, None)
-            sc = self._scan(Chunk(col.steps, values, col.quantum, other, other_se), muted)
+            sc = self._scan(self._chunk(col, None, companion), muted) or _no_opinion(n)
             verdict, stat, ref = sc.verdict, sc.stat, sc.ref
             ref_step = sc.ref_step  # None: no reference step (read only where a rule fires)
             level = sc.level if sc.level is not None else values
@@ -128,9 +131,8 @@ class RuleInstance:
             verdict = np.full(n, UNKNOWN, dtype=np.int8)
             stat, ref, level = np.zeros(n), np.zeros(n), values
             ref_step = np.full(n, -1, dtype=np.int64)
-            if sel.any():
-                other, other_se = (companion[0][sel], companion[1][sel]) if companion is not None else (None, None)
-                sc = self._scan(Chunk(col.steps[sel], values[sel], col.quantum, other, other_se), muted)
+            sc = self._scan(self._chunk(col, sel, companion), muted) if sel.any() else None
+            if sc is not None:  # (None: no sample selected, or muted: no opinion anywhere, as filled)
                 verdict[sel], stat[sel], ref[sel] = sc.verdict, sc.stat, sc.ref
                 if sc.ref_step is not None:
                     ref_step[sel] = sc.ref_step
@@ -255,6 +257,11 @@ class RuleInstance:
             self.kept = len(tail)
             self.feed.adopt(tail, getattr(self.detector, "tail_steps", None))
         release(self.detector)
+
+
+def _no_opinion(n: int) -> Scan:
+    """The scan of ``n`` samples a detector only advanced on: no opinion on any."""
+    return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n))
 
 
 #: chunks up to this many samples take the plain-Python paths (numpy's per-call cost dominates)

@@ -96,8 +96,12 @@ class Spike(Detector):
             trig &= chunk.values >= p.over_max * top
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         self.seen += n
-        self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
+        self.tail = keep_tail(hist, self._keep())
         return Scan(verdict, z, med)
+
+    def _keep(self) -> int:
+        """The tail kept: the window (or the long window) before the current block."""
+        return max(self.p.window, self.p.long_window or 0) + self.p.refresh
 
     def blind(self, n: int, held: int) -> bool:
         """Every sample until the block whose baseline has ``min_history`` samples behind it."""
@@ -114,7 +118,7 @@ class Spike(Detector):
                 low = v if v < low else low
             self.low = low
         self.seen += len(chunk.values)
-        self.tail = keep_tail(extend_tail(self.tail, chunk.values), max(p.window, p.long_window or 0) + p.refresh)
+        self.tail = keep_tail(extend_tail(self.tail, chunk.values), self._keep())
         self._block = None
         return True
 
@@ -161,7 +165,7 @@ class Spike(Detector):
         if p.surrogate == "deciles":
             self.low = low
         self.seen += n
-        self.tail = keep_tail(hist, max(p.window, p.long_window or 0) + p.refresh)
+        self.tail = keep_tail(hist, self._keep())
         return Scan(np.array(verdict, dtype=np.int8), np.array(zs, dtype=float), np.array(meds, dtype=float))
 
     def _block_baseline(self, hist: np.ndarray, start: int, local: int) -> tuple:
