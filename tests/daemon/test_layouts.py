@@ -293,3 +293,35 @@ def test_a_new_checkpoint_is_followed_at_the_next_poll(tmp_path):
     tb.mkdir(parents=True)
     (tb / "events.out.tfevents.1.host").write_bytes(b"")
     assert follow_target(found, None).endswith("events.out.tfevents.1.host")
+
+
+def test_a_directory_whose_runs_are_settled_is_not_looked_through_again(tmp_path, monkeypatch):
+    """Discovery at every poll: a directory whose listing did not change and whose logs were
+    all recognised gives the same runs without a look at its files; one holding a file not yet
+    recognised is looked at again (the file may become a log without the directory changing),
+    and a file added is found."""
+    runs = tmp_path / "runs"
+    for i in range(3):
+        (runs / f"r{i}").mkdir(parents=True)
+        (runs / f"r{i}" / "metrics.jsonl").write_text('{"step": 1, "loss": 1.0}\n')
+    odd = runs / "r0" / "notes.log"
+    odd.write_text("not a training log\n")
+    old = 1_700_000_000_000_000_000
+    for d in [runs, *runs.iterdir()]:
+        os.utime(d, ns=(old, old))
+    disc = Discovery([str(runs)])
+    looked = []
+    real = disc._is_log
+    monkeypatch.setattr(disc, "_is_log", lambda p: looked.append(os.path.basename(p)) or real(p))
+    first = sorted(f.key for f in disc.scan())
+    assert first == sorted(str(runs / f"r{i}" / "metrics.jsonl") for i in range(3))
+    assert sorted(looked) == ["metrics.jsonl"] * 3 + ["notes.log"]
+    looked.clear()
+    assert sorted(f.key for f in disc.scan()) == first
+    assert sorted(looked) == ["metrics.jsonl", "notes.log"], "only r0 (a file not yet recognised) is looked through"
+    looked.clear()
+    odd.write_text('{"step": 1, "loss": 1.0}\n{"step": 2, "loss": 0.9}\n')  # now a log; r0's mtime kept
+    os.utime(runs / "r0", ns=(old, old))
+    assert str(odd) in {f.key for f in disc.scan()}
+    (runs / "r1" / "other.jsonl").write_text('{"step": 1, "loss": 1.0}\n')  # moves r1's mtime
+    assert str(runs / "r1" / "other.jsonl") in {f.key for f in disc.scan()}

@@ -81,7 +81,7 @@ class ChangePoint(Detector):
                      if zj == zj and abs(zj) >= p.z and (sign == 0 or (zj > 0) - (zj < 0) == sign)]
         else:
             verdict = np.where(np.isnan(z), UNKNOWN, 0).astype(np.int8)
-            trips = np.flatnonzero((np.abs(np.nan_to_num(z)) >= p.z) & ((sign == 0) | (np.sign(z) == sign))).tolist()
+            trips = np.flatnonzero((np.abs(z) >= p.z) & ((sign == 0) | (np.sign(z) == sign))).tolist()  # (NaN: False)
         for j in trips:
             absolute = self.seen + j
             if absolute < self.quiet_until:
@@ -128,13 +128,16 @@ class ChangePoint(Detector):
         if not ok.any():
             return z
         cs = np.concatenate([[0.0], np.cumsum(hist)])
-        ad = np.concatenate([[0.0], np.cumsum(np.abs(np.diff(hist, prepend=hist[0])))])
+        d = np.empty(len(hist) + 1)  # 0, then |hist[0] - hist[0]|, |hist[1] - hist[0]|, ... (np.diff's
+        d[0] = 0.0                   # ``prepend`` costs more than the work here)
+        np.subtract(hist[:1], hist[:1], out=d[1:2])
+        np.subtract(hist[1:], hist[:-1], out=d[2:])
+        ad = np.cumsum(np.abs(d, out=d), out=d)
         kk = k[ok]
         after = (cs[kk + 1] - cs[kk + 1 - h]) / h
         before = (cs[kk + 1 - h] - cs[kk + 1 - 2 * h]) / h
         mad = (ad[kk + 1 - h] - ad[kk + 2 - 2 * h]) / max(h - 1, 1)  # noise of the 'before' side
-        sigma = np.maximum.reduce([0.886 * mad, self.p.rel_floor * np.abs(before),
-                                   np.full(len(kk), max(quantum, 1e-12))])
+        sigma = np.maximum(np.maximum(0.886 * mad, self.p.rel_floor * np.abs(before)), max(quantum, 1e-12))
         zz = (after - before) / (sigma * np.sqrt(2.0 / h))
         # a shift too small relative to the level can never be confirmed: do not trip on it
         # (half the confirmation's bound, as means and medians differ)

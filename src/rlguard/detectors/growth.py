@@ -138,13 +138,15 @@ class Growth(Rolling):
                   lower: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Median and max of each sample's baseline window (``hist[end - baseline_window: end]``,
         partial early in the run), and where the sample was judged fine without its median
-        (None: nowhere). A block's baseline is fixed once its block starts, so the last one is
-        kept for a live run's one-record chunks.
+        (None: nowhere). A block's baseline is fixed once its block starts, so the last one, where
+        computed, is kept for a live run's one-record chunks.
 
         The median (a partition a window) is computed only where it matters: where the window
         has a value <= 0 (the ratio's sign is in question), where a sample could trigger
         (``lower >= min_factor x`` the window's minimum, a bound on the median from below,
-        and the other tests), and for the last block (kept). Elsewhere the sample is fine."""
+        and the other tests). Elsewhere the sample is fine. (The last block's was computed
+        always, for the next chunk; a quiet run's next chunk, a minute later, mostly starts a
+        new block: the small path computes it when it needs it.)"""
         p, n = self.p, len(block)
         c = self._block
         if n and c is not None and block[0] == c[0] and block[-1] == c[0]:
@@ -164,9 +166,9 @@ class Growth(Rolling):
             could = self._possible(lower[full], hi[inv], lo[inv])
             need = lo <= 0
             need[inv[could]] = True
-            need[-1] = True
             b = np.full(len(uniq), np.nan)
-            b[need] = upper_median(windows(hist, bw)[uniq[need] - bw], axis=1)
+            if need.any():
+                b[need] = upper_median(windows(hist, bw)[uniq[need] - bw], axis=1)
             base[full] = b[inv]
             top[full] = hi[inv]
             fine = np.zeros(n, dtype=bool)
@@ -174,8 +176,8 @@ class Growth(Rolling):
         early = ~full & (end >= p.min_baseline)  # the first samples of a run: a partial window
         for j in np.flatnonzero(early):
             base[j], top[j] = self._block_baseline(hist, int(end[j]))
-        if n:
-            self._block = (int(block[-1]), float(base[-1]), float(top[-1]))
+        if n:  # (a screened-out last block's median was not computed: the next chunk computes it if needed)
+            self._block = None if fine is not None and fine[-1] else (int(block[-1]), float(base[-1]), float(top[-1]))
         return base, top, fine
 
     def _possible(self, lower: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:

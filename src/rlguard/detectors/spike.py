@@ -76,7 +76,7 @@ class Spike(Detector):
             low = np.minimum.accumulate(np.concatenate([[self.low], chunk.values]))[1:]
             spread = np.where(low < 0, np.maximum(spread, sd), spread)
             self.low = float(low[-1]) if n else self.low
-        scale = np.maximum.reduce([spread, p.rel_floor * np.abs(med), np.full(n, max(chunk.quantum, 1e-12))])
+        scale = np.maximum(np.maximum(spread, p.rel_floor * np.abs(med)), max(chunk.quantum, 1e-12))
         z = (chunk.values - med) / scale
         if p.direction == "up":
             trig = z >= p.z
@@ -182,13 +182,17 @@ class Spike(Detector):
 
     def _baseline(self, hist, start, local, have, values, quantum):
         """Median, MAD, max and decile spread of the window before each sample's block. A
-        block's baseline depends only on samples before it, so the last one is kept: a live
-        run's one-record chunks inside a block reuse it instead of recomputing it.
+        block's baseline depends only on samples before it, so the last one, where it was
+        computed, is kept: a live run's one-record chunks inside a block reuse it instead of
+        recomputing it.
 
         The median and MAD (two partitions a window) are computed only for the blocks where a
-        sample could trigger (and the last block, kept): :meth:`_possible` bounds the z-score
-        from the window's minimum and maximum (two O(n) passes). Elsewhere they are NaN, and
-        the sample is judged fine, as the full computation would have judged it."""
+        sample could trigger: :meth:`_possible` bounds the z-score from the window's minimum
+        and maximum (two O(n) passes). Elsewhere they are NaN, and the sample is judged fine,
+        as the full computation would have judged it. (The last block's used to be computed
+        always, for the next chunk; a quiet run's next chunk, judged a minute later, mostly
+        starts a new block, so it was mostly wasted: the small path computes it when it
+        needs it.)"""
         p, n = self.p, len(start)
         c = self._block
         if n and c is not None and start[0] == c[0] and start[-1] == c[0]:
@@ -208,26 +212,30 @@ class Spike(Detector):
             top = hi[inv]
             need = np.zeros(len(uniq), dtype=bool)
             need[inv[self._possible(values, hi[inv], lo[inv], quantum)]] = True
-            need[-1] = True
             full &= need
-            view = allview[uniq[full] - p.window]
-            um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
-            um[full], ud[full] = median_mad_rows(view)
-            med, mad = um[inv], ud[inv]
-            if p.surrogate == "deciles":
-                us = np.zeros(len(uniq))
-                us[full] = _deciles(view)
-                sd = us[inv]
-        partial = local - p.window < 0
-        done: dict[int, tuple[float, float, float, float]] = {}  # a block's samples share its window
-        for j in np.flatnonzero((have >= p.min_history) & partial):
-            u = int(local[j])
-            got = done.get(u)
-            if got is None:  # a partial window at the start: as the sample-by-sample path has it
-                got = done[u] = self._block_baseline(hist, int(start[j]), u)[1:]
-            med[j], mad[j], top[j], sd[j] = got
+            if full.any():
+                view = allview[uniq[full] - p.window]
+                um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
+                um[full], ud[full] = median_mad_rows(view)
+                med, mad = um[inv], ud[inv]
+                if p.surrogate == "deciles":
+                    us = np.zeros(len(uniq))
+                    us[full] = _deciles(view)
+                    sd = us[inv]
+        if n and local[0] - p.window < 0:  # (local rises: no partial window past the first full one)
+            partial = local - p.window < 0
+            done: dict[int, tuple[float, float, float, float]] = {}  # a block's samples share its window
+            for j in np.flatnonzero((have >= p.min_history) & partial):
+                u = int(local[j])
+                got = done.get(u)
+                if got is None:  # a partial window at the start: as the sample-by-sample path has it
+                    got = done[u] = self._block_baseline(hist, int(start[j]), u)[1:]
+                med[j], mad[j], top[j], sd[j] = got
+        # the last block's baseline, kept for a live run's next records where it was computed
+        # (a screened-out block's is not: the next chunk computes it if it needs it)
         if n:
-            self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), float(sd[-1]))
+            self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), float(sd[-1])) \
+                if med[-1] == med[-1] or have[-1] < p.min_history else None
         return med, mad, top, sd
 
     def _possible(self, v: np.ndarray, hi: np.ndarray, lo: np.ndarray, quantum: float) -> np.ndarray:

@@ -19,18 +19,19 @@ configuration:
 * **W&B** ``wandb/run-*/`` and ``offline-run-*/`` (their ``.wandb`` file) and **MLflow file
   stores** (``mlruns/<experiment>/<run>/``), when the extras are installed.
 
-Discovery is incremental: each directory's listing is cached with its mtime, so a scan costs
-one ``stat`` per known directory unless something was added or removed.
+Discovery is incremental: each directory's listing is cached with its mtime, and so are the
+runs it holds once every log in it was recognised, so a scan costs one ``stat`` per known
+directory unless something was added or removed (or a file in it is not recognised yet).
 """
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import LogFormatError
-from .listing import LISTINGS
+from .hf_output import TB_PREFIX, is_tb, looks_hf, newest_file, hf_log, hf_output_of
+from .hf_output import follow_target, log_kind  # noqa: F401 - importable from here, as before
 
 #: file names that say nothing about the run: the run is named after the directory
 GENERIC = {"trainer_state", "metrics", "log", "train", "output", "stdout", "events", "history"}
@@ -40,8 +41,6 @@ SKIP_DIRS = {".git", "__pycache__", "node_modules", ".cache", ".venv", "site-pac
              ".rlguard-daemon", "files", "tmp", "artifacts"}
 #: files rlguard writes itself
 OURS = {"RLGUARD_STOP", "stop.json", "decisions.jsonl", "rlguard_state.json"}
-_CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
-_TB = "events.out.tfevents."
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ def run_name(path: str) -> str:
     if out is not None:
         return Path(out).resolve().name
     stem = file_stem(p.name)
-    if (stem in GENERIC or p.name.startswith(_TB)) and p.resolve().parent.name:
+    if (stem in GENERIC or p.name.startswith(TB_PREFIX)) and p.resolve().parent.name:
         return p.resolve().parent.name
     return stem
 
@@ -83,95 +82,9 @@ def is_ours(path: str) -> bool:
     return p.name in OURS or p.parent.name == "rlguard" or p.name.startswith(".")
 
 
-def _is_tb(name: str) -> bool:
-    """A TensorBoard event file with the run's metrics (rlguard's own alert files are
-    ``*.rlguard``: see :mod:`rlguard.trackers`)."""
-    return name.startswith(_TB) and not name.endswith(".rlguard")
-
-
 def _is_log_name(name: str) -> bool:
     base = name[:-3] if name.endswith(".gz") else name
-    return base.endswith(LOG_SUFFIXES) or base == "trainer_state.json" or base.startswith(_TB)
-
-
-# ---------------------------------------------------------------------- HF output dirs
-def _checkpoints(d: str, names: list[str]) -> list[tuple[int, str]]:
-    out = []
-    for n in names:
-        m = _CHECKPOINT.fullmatch(n)
-        if m:
-            out.append((int(m.group(1)), os.path.join(d, n)))
-    return out
-
-
-def hf_log(d: str, kind: str | None = None) -> str | None:
-    """The log to follow in HF output dir ``d`` now: its newest TensorBoard file under
-    ``runs/*/``, else the newest ``trainer_state.json`` (checkpoints and top level, by mtime).
-    ``kind`` ("tensorboard" or "trainer_state") keeps a run on the kind it started with."""
-    names = LISTINGS.names(d)
-    if names is None:
-        return None
-    if kind in (None, "tensorboard") and "runs" in names:
-        tb = _newest(_tb_files(os.path.join(d, "runs")))
-        if tb is not None or kind == "tensorboard":
-            return tb
-    cands = [os.path.join(c, "trainer_state.json") for _, c in sorted(_checkpoints(d, names))[-3:]]
-    if "trainer_state.json" in names:
-        cands.append(os.path.join(d, "trainer_state.json"))
-    return _newest(cands)
-
-
-def _tb_files(runs: str) -> list[str]:
-    out: list[str] = []
-    for s in LISTINGS.names(runs) or ():
-        sd = os.path.join(runs, s)
-        out += [os.path.join(sd, f) for f in LISTINGS.names(sd) or () if _is_tb(f)]
-    return out
-
-
-def _newest(paths: list[str]) -> str | None:
-    best, best_key = None, None
-    for p in paths:
-        try:
-            st = os.stat(p)
-        except OSError:
-            continue
-        key = (st.st_mtime_ns, p)
-        if best_key is None or key > best_key:
-            best, best_key = p, key
-    return best
-
-
-def hf_output_of(path: str) -> str | None:
-    """The HF output dir a log inside it belongs to (``out/checkpoint-N/trainer_state.json``,
-    ``out/runs/<stamp>/events...``), or None."""
-    p = Path(path)
-    if p.name == "trainer_state.json" and _CHECKPOINT.fullmatch(p.parent.name):
-        return str(p.parent.parent)
-    if p.name.startswith(_TB) and p.parent.parent.name == "runs":
-        return str(p.parent.parent.parent)
-    return None
-
-
-def _looks_hf(d: str, names: list[str]) -> bool:
-    if "runs" in names and _tb_files(os.path.join(d, "runs")):
-        return True
-    return any(os.path.isfile(os.path.join(c, "trainer_state.json")) for _, c in _checkpoints(d, names))
-
-
-def follow_target(found: Found, kind: str | None) -> str | None:
-    """What ``found`` should follow now (a newer checkpoint or TensorBoard file may have come)."""
-    if found.layout == "hf_output":
-        return hf_log(found.key, kind)
-    if found.layout == "tensorboard":
-        names = LISTINGS.names(found.key)
-        return None if names is None else _newest([os.path.join(found.key, f) for f in names if _is_tb(f)])
-    return found.log
-
-
-def log_kind(path: str) -> str:
-    name = os.path.basename(path)
-    return "tensorboard" if name.startswith(_TB) else "trainer_state" if name == "trainer_state.json" else "file"
+    return base.endswith(LOG_SUFFIXES) or base == "trainer_state.json" or base.startswith(TB_PREFIX)
 
 
 # ---------------------------------------------------------------------- discovery
@@ -182,6 +95,8 @@ class Discovery:
         self.watch = watch
         self.max_depth = max_depth
         self._dirs: dict[str, tuple[int, list[str], list[str]]] = {}  # dir -> (mtime, subdirs, files)
+        # dir -> (mtime, root, the runs it holds, walk below?) where that answer is settled (_here)
+        self._settled: dict[str, tuple[int, str, list[Found], bool]] = {}
         self._rejected: dict[str, tuple[int, int]] = {}  # file -> (size, mtime) when not a log
         self._accepted: set[str] = set()  # files recognised as logs (never sniffed again)
         self._hf: dict[str, Found] = {}  # HF output dirs found
@@ -252,6 +167,8 @@ class Discovery:
         try:
             mtime = os.stat(d).st_mtime_ns
         except OSError:
+            self._dirs.pop(d, None)  # (gone: what was kept of it goes too)
+            self._settled.pop(d, None)
             return None
         hit = self._dirs.get(d)
         if hit is not None and hit[0] == mtime:
@@ -282,33 +199,58 @@ class Discovery:
         if listing is None:
             return
         subdirs, files = listing
-        hf = self._hf.get(d)
-        if hf is None and _looks_hf(d, subdirs + files):
-            log = hf_log(d)
-            if log:
-                hf = self._hf[d] = Found(d, d, log, "hf_output", self._root)  # once an output dir, always one
-        if hf is not None:
-            found.setdefault(d, hf)
-            return  # checkpoints and runs/ belong to this run
-        extra = _tracker_run(d, subdirs, files, self._root)
-        if extra is not None:
-            found.setdefault(extra.key, extra)
-            return
-        tbs = [f for f in files if _is_tb(f)]
-        if tbs:
-            newest = _newest([os.path.join(d, f) for f in tbs])
-            if newest:
-                found.setdefault(d, Found(d, d, newest, "tensorboard", self._root))
-        for f in files:
-            if f.startswith(_TB) or not _is_log_name(f) or is_ours(os.path.join(d, f)):
-                continue
-            path = os.path.join(d, f)
-            if self._is_log(path):
-                found.setdefault(path, Found(path, d, path, "file", self._root))
-        if depth < self.max_depth:
+        mtime = self._dirs[d][0]
+        hit = self._settled.get(d)
+        if hit is not None and hit[0] == mtime and hit[1] == self._root:
+            here, descend = hit[2], hit[3]
+        else:
+            here, descend, settled = self._here(d, subdirs, files)
+            if settled:
+                self._settled[d] = (mtime, self._root, here, descend)
+            else:
+                self._settled.pop(d, None)
+        for f in here:
+            found.setdefault(f.key, f)
+        if descend and depth < self.max_depth:
             for s in subdirs:
                 if s not in SKIP_DIRS and not s.startswith("."):
                     self._walk(os.path.join(d, s), depth + 1, found)
+
+    def _here(self, d: str, subdirs: list[str], files: list[str]) -> tuple[list[Found], bool, bool]:
+        """The runs directory ``d`` itself holds (with this listing), whether to walk its
+        subdirectories, and whether the answer is *settled*: the same while the listing is the
+        same (no TensorBoard file, whose newest is chosen by mtime; no HF output dir without
+        its log yet; every log-named file already recognised: one not yet recognised is
+        sniffed again when it changes, which does not change the directory's mtime)."""
+        hf = self._hf.get(d)
+        settled = True
+        if hf is None and looks_hf(d, subdirs + files):
+            log = hf_log(d)
+            if log:
+                hf = self._hf[d] = Found(d, d, log, "hf_output", self._root)  # once an output dir, always one
+            else:
+                settled = False
+        if hf is not None:
+            return [hf], False, settled  # checkpoints and runs/ belong to this run
+        extra = _tracker_run(d, subdirs, files, self._root)
+        if extra is not None:
+            return [extra], False, settled
+        here = []
+        tbs = [f for f in files if is_tb(f)]
+        if tbs:
+            settled = False
+            newest = newest_file([os.path.join(d, f) for f in tbs])
+            if newest:
+                here.append(Found(d, d, newest, "tensorboard", self._root))
+        for f in files:
+            if f.startswith(TB_PREFIX) or not _is_log_name(f) or is_ours(os.path.join(d, f)):
+                continue
+            path = os.path.join(d, f)
+            if self._is_log(path):
+                here.append(Found(path, d, path, "file", self._root))
+            if path not in self._accepted:
+                settled = False
+        return here, True, settled
 
     def _is_log(self, path: str) -> bool:
         if path in self._accepted:
