@@ -361,14 +361,14 @@ def _dpo_run(n: int = 400, guard_from: int = 150):
 
 def _with_and_without(monkeypatch, recs, chunk: int, owner, name: str, off):
     """Two watchdogs fed ``recs`` in chunks of ``chunk``: one with ``owner.name`` as it is
-    (each call's argument and result recorded), one with ``off`` in its place; after checking
-    that both gave the same alerts (step, rule, metric, status, value) and the same saved
-    state, the first one's alerts as tuples and the calls recorded."""
+    (each call's first argument and result recorded), one with ``off`` in its place; after
+    checking that both gave the same alerts (step, rule, metric, status, value) and the same
+    saved state, the first one's alerts as tuples and the calls recorded."""
     calls = []
     real = getattr(owner, name)
 
-    def counted(self, arg):
-        got = real(self, arg)
+    def counted(self, arg, *more):
+        got = real(self, arg, *more)
         calls.append((arg, got))
         return got
 
@@ -399,6 +399,21 @@ def test_a_rule_muted_by_its_guards_only_advances_its_detector(monkeypatch, chun
     got, calls = _with_and_without(monkeypatch, _dpo_run(), chunk, Threshold, "advance", lambda self, ch: False)
     assert sum(len(ch.values) for ch, _ in calls) >= 149, "the muted records must take the advance path"
     assert any(r == "RLG-DPO-OVERFIT" and f == "firing" for _, r, _, f, _ in got), got
+
+
+@pytest.mark.parametrize("log", ["dpo", "grpo"])
+@pytest.mark.parametrize("chunk", [1, 9, 400])
+def test_a_rule_whose_guard_metric_was_never_logged_builds_no_guards(monkeypatch, chunk, log):
+    """A rule whose required guard (``if_missing: fail``) names a metric the run never logged
+    (the DPO rules in a GRPO run; in a DPO run until its accuracy is logged) mutes every
+    sample: it is passed over without guards built, with the same alerts, steps and values,
+    and the same saved state, as judging its guards."""
+    recs = _dpo_run() if log == "dpo" else _young_grpo_run()
+    got, calls = _with_and_without(monkeypatch, recs, chunk, Watchdog, "_never_logged_guard", lambda self, r, c: False)
+    assert sum(done for _, done in calls) >= (2 if chunk == 400 else 10), "the pass-over must be taken"
+    assert not all(done for _, done in calls), "and not where a guard metric was logged"
+    fired = {r for _, r, _, f, _ in got if f == "firing"}
+    assert ("RLG-DPO-OVERFIT" if log == "dpo" else "RLG-NONFINITE-LOSS") in fired, fired
 
 
 def test_guards_of_a_few_samples_are_judged_as_numpy_judges_them(monkeypatch):

@@ -85,12 +85,20 @@ class RuleInstance:
         det, n = self.detector, len(col.values)
         if not n or not det.blind(n, self.kept if self.feed is not None else len(getattr(det, "tail", ()))):
             return False
+        self.pass_over(col)
+        return True
+
+    def pass_over(self, col: Column) -> None:
+        """A chunk on which every verdict is "no opinion" whatever the detector says (it is
+        blind, or the guards mute every sample): what :meth:`evaluate` leaves, without the
+        verdicts. The detector takes the samples in (``Detector.advance``, or a scan whose
+        verdicts are dropped), the counts move on, and the life cycle, which a "no opinion"
+        neither advances nor resets, is not run. For a rule without a companion metric."""
         sel = self._selection(col)
         if sel is None or sel.any():  # (no sample selected: the detector is not called, as in evaluate())
             self._scan(self._chunk(col, sel), muted=True)  # (a detector that could not advance scans: no opinion all the same)
-        self.samples += n
+        self.samples += len(col.values)
         self.last_seen = int(col.steps[-1])
-        return True
 
     def _selection(self, col: Column) -> np.ndarray | None:
         """The samples the detector is given (None: all): finite ones, unless it wants them

@@ -143,6 +143,9 @@ class Watchdog:
             if inst.skip(col):  # a detector still warming up: nothing to judge, no guards built
                 continue
             comp, coincidence = plan.shapes[rule.id]
+            if rule.guards and not (comp or coincidence) and self._never_logged_guard(rule, cols):
+                inst.pass_over(col)  # every sample muted, as guard_mask would say: nothing built
+                continue
             companion = self._companion(rule, comp, col, cols) if comp else None
             if coincidence:
                 # coincidence guards are consulted only where the rule's own detector triggered
@@ -161,6 +164,20 @@ class Watchdog:
                 if ev.firing:
                     d = Decision(Action(alert.action), alert.step, alert.message, alert, rule.kind)
                     pending.append((int(col.seq[ev.index]), 1 + plan.order[rule.id], d))
+
+    def _never_logged_guard(self, rule: Rule, cols: dict[str, Column]) -> bool:
+        """Does the rule (its guards all required) have a guard that fails on a metric this run
+        never logged (``if_missing: fail``: a DPO rule's margin in a GRPO run)? Then
+        :func:`rlguard.guards.guard_mask` mutes every sample of the chunk."""
+        if rule.guard_mode != "all":
+            return False
+        recent = self.recent
+        for g in rule.guards:
+            if g.if_missing == "fail" and g.metric not in cols:
+                rec = recent.get(g.metric)
+                if rec is None or not len(rec.seq):
+                    return True
+        return False
 
     def _wild_applies(self, rule: Rule, name: str, col: Column, key: str) -> bool:
         """A wildcard rule judges a metric no rule of its detector names, and only once the
