@@ -204,12 +204,19 @@ SCREENED = [  # (detector, params): the pack's screened spike and growth rules, 
 
 
 def _screen_series(seed: int) -> dict[str, np.ndarray]:
-    """Heavy-tailed positive, signed around 0, and growing series with bursts: where a
-    screen must pass many samples on and rule out the rest."""
+    """Calm (and with faults of every size), heavy-tailed positive, signed around 0, and
+    growing series with bursts: where a screen must pass many samples on and rule out the
+    rest."""
     r = np.random.default_rng(seed)
     n = 3000
     bursts = np.where(r.random(n) < 0.01, r.uniform(3, 40, n), 1.0)
-    return {"heavy": np.abs(r.standard_t(2, n)) * bursts + 0.05,
+    f = np.random.default_rng(seed + 1000)  # (its own draws: the other series stay as they were)
+    faults = 1.0 + 0.1 * f.standard_normal(n)  # calm, with spikes and plateaus of every size near the thresholds
+    for k, at in enumerate(range(200, n - 60, 150)):
+        faults[at: at + (40 if k % 2 else 1)] *= f.uniform(1.0, 30.0)
+    calm = 1.0 + 0.1 * f.standard_normal(n) * np.where(f.random(n) < 0.01, f.uniform(3, 40, n), 1.0)
+    return {"calm": calm, "faults": faults,  # (calm: a healthy grad norm, most chunks ruled out whole)
+            "heavy": np.abs(r.standard_t(2, n)) * bursts + 0.05,
             "signed": 0.03 * r.standard_normal(n) * bursts,
             "growing": np.exp(np.linspace(0, 6, n)) * (1 + 0.3 * r.standard_normal(n)) * bursts}
 
@@ -217,26 +224,45 @@ def _screen_series(seed: int) -> dict[str, np.ndarray]:
 @pytest.mark.parametrize("name,params", SCREENED)
 def test_screens_never_change_a_verdict(name, params, monkeypatch):
     """The cheap screens (a window's minimum and maximum bound what its median can make of a
-    sample) judge exactly as the full computation: verdicts are equal with the screen off
-    (every sample 'possible'), in one chunk and one sample at a time."""
+    sample; the whole chunk's span bounds every window of it) judge exactly as the full
+    computation: verdicts are equal with the screens off (every sample 'possible'), in one
+    chunk, in a quiet run's minutes (chunks of 60) and a few samples or one at a time."""
     cls = DETECTORS[name]
     triggered = 0
     for label, x in _screen_series(len(params)).items():
         steps = np.arange(len(x), dtype=np.int64)
         chunked = [slice(0, len(x))] if label != "growing" else [slice(i, i + 1) for i in range(len(x))]
         with_screen = [cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict]
-        det = cls(cls.Params(**params))
-        with_screen.append(np.concatenate([det.scan(Chunk(steps[s], x[s])).verdict for s in chunked]))
-        det = cls(cls.Params(**params))  # a live run's few records at a time (the sample-by-sample path)
-        few = [slice(i, i + 6) for i in range(0, len(x), 6)]
-        with_screen.append(np.concatenate([det.scan(Chunk(steps[s], x[s])).verdict for s in few]))
+        for cuts in (chunked, [slice(i, i + 6) for i in range(0, len(x), 6)],  # (6: the sample-by-sample path)
+                     [slice(i, i + 60) for i in range(0, len(x), 60)]):
+            det = cls(cls.Params(**params))
+            with_screen.append(np.concatenate([det.scan(Chunk(steps[s], x[s])).verdict for s in cuts]))
         with monkeypatch.context() as m:
             m.setattr(cls, "_possible", lambda self, v, *a, **k: np.ones(len(v), dtype=bool))
+            m.setattr(cls, "_possible_anywhere", lambda self, *a: True)
             full = cls(cls.Params(**params)).scan(Chunk(steps, x)).verdict
         triggered += int((full == 1).sum())
         for got in with_screen:
             assert np.array_equal(got, full), (label, np.flatnonzero(got != full)[:5])
     assert triggered, "the series must trigger somewhere, or the screen is not tested"
+
+
+@pytest.mark.parametrize("name,params", SCREENED[:3] + SCREENED[6:])  # (the z >= 10 spikes: the pack's)
+def test_a_calm_minute_is_ruled_out_whole(name, params, monkeypatch):
+    """A healthy run's minute (60 records of a calm positive metric) is ruled out by the span
+    of its windows alone (``_possible_anywhere``), before any window's minimum, maximum or
+    median: most chunks of the calm series, on which ``test_screens_never_change_a_verdict``
+    holds the verdicts to the full computation."""
+    cls = DETECTORS[name]
+    answers = []
+    whole = cls._possible_anywhere
+    monkeypatch.setattr(cls, "_possible_anywhere", lambda self, *a: answers.append(whole(self, *a)) or answers[-1])
+    x = _screen_series(len(params))["calm"]
+    steps = np.arange(len(x), dtype=np.int64)
+    det = cls(cls.Params(**params))
+    for i in range(0, len(x), 60):
+        det.scan(Chunk(steps[i:i + 60], x[i:i + 60]))
+    assert len(answers) >= 40 and answers.count(False) >= len(answers) // 3, answers
 
 
 def test_gain_loss_noise_skipped_where_no_test_reads_it_changes_no_verdict(monkeypatch):

@@ -75,6 +75,10 @@ class Growth(Rolling):
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
         end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
         lower = level - chunk.quantum / 2.0
+        if end[0] >= p.baseline_window and not self._possible_anywhere(hist[end[0] - p.baseline_window: end[-1]], lower):
+            self._block = None  # every sample fine, no baseline computed (as for blocks screened out one by one)
+            nan = np.full(n, np.nan)
+            return Scan(np.zeros(n, dtype=np.int8), nan, nan.copy(), level=level)
         base, top, fine = self._baseline(hist, block, end, lower)
         ratio = np.divide(lower, base, out=np.full(n, np.nan), where=base > 0)
         trig = (ratio >= p.min_factor) & (lower > p.min_value)
@@ -179,6 +183,15 @@ class Growth(Rolling):
         if n:  # (a screened-out last block's median was not computed: the next chunk computes it if needed)
             self._block = None if fine is not None and fine[-1] else (int(block[-1]), float(base[-1]), float(top[-1]))
         return base, top, fine
+
+    def _possible_anywhere(self, span: np.ndarray, lower: np.ndarray) -> bool:
+        """Whether :meth:`_baseline` would need any median, from ``span``, every value any of the
+        chunk's baseline windows holds (every window full): a window's minimum is at least the
+        span's, so where the span is positive and the chunk's highest level cannot reach
+        ``min_factor`` x its minimum (or ``min_value``), no sample can trigger."""
+        lo = float(span.min())
+        top = float(lower.max())
+        return not (lo > 0 and (top < 0.999 * self.p.min_factor * lo or top <= self.p.min_value))
 
     def _possible(self, lower: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         """Where a sample could trigger against a positive baseline window, from its minimum

@@ -68,6 +68,8 @@ class Spike(Detector):
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
+        if local[0] >= p.window and not self._possible_anywhere(hist[local[0] - p.window: local[-1]], chunk):
+            return self._all_fine(hist, chunk)  # (every window full: the first block's is)
         have = np.minimum(start, p.window)
         med, mad, top, sd = self._baseline(hist, start, local, have, chunk.values, chunk.quantum)
         ok = have >= p.min_history
@@ -237,6 +239,39 @@ class Spike(Detector):
             self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), float(sd[-1])) \
                 if med[-1] == med[-1] or have[-1] < p.min_history else None
         return med, mad, top, sd
+
+    def _possible_anywhere(self, span: np.ndarray, chunk: Chunk) -> bool:
+        """:meth:`_possible` for the whole chunk at once, from the minimum and maximum of
+        ``span``, every value any of its blocks' windows holds: a window's minimum is at least
+        the span's and its maximum at most, so its bound on the z-score is at least the span's
+        (False: no sample of the chunk can trigger, the common case of a healthy run's chunk)."""
+        p = self.p
+        lo, hi = float(span.min()), float(span.max())
+        least = lo if lo > 0 else -hi if hi < 0 else 0.0
+        bound = 0.999 * p.z * max(p.rel_floor * least, max(chunk.quantum, 1e-12))
+        if p.min_abs_delta:
+            bound = max(bound, 0.999 * p.min_abs_delta)
+        top = float(chunk.values.max())
+        if p.min_ratio is not None and top < 0.999 * p.min_ratio * least:
+            return False
+        if p.over_max is not None and top < p.over_max * lo:  # (a window's maximum is at least lo)
+            return False
+        if p.direction != "down" and top - lo >= bound:
+            return True
+        return p.direction != "up" and hi - float(chunk.values.min()) >= bound
+
+    def _all_fine(self, hist: np.ndarray, chunk: Chunk) -> Scan:
+        """What :meth:`scan` gives and keeps when :meth:`_possible_anywhere` screened every
+        block out: every sample fine (a full window: ``window >= min_history`` says whether
+        judged), no baseline computed (NaN, as for a block screened out one by one)."""
+        p, n = self.p, len(chunk.values)
+        if p.surrogate == "deciles":
+            self.low = float(np.minimum.accumulate(np.concatenate([[self.low], chunk.values]))[-1])  # (as scan)
+        self.seen += n
+        self.tail = keep_tail(hist, self._keep())
+        self._block = None
+        nan = np.full(n, np.nan)
+        return Scan(np.full(n, 0 if p.window >= p.min_history else UNKNOWN, dtype=np.int8), nan, nan.copy())
 
     def _possible(self, v: np.ndarray, hi: np.ndarray, lo: np.ndarray, quantum: float) -> np.ndarray:
         """Where a sample could trigger, from its window's maximum ``hi`` and minimum ``lo``
