@@ -265,6 +265,41 @@ def test_a_calm_minute_is_ruled_out_whole(name, params, monkeypatch):
     assert len(answers) >= 40 and answers.count(False) >= len(answers) // 3, answers
 
 
+@pytest.mark.parametrize("params", [
+    {"window": 1, "ref_window": 10, "max_ratio": 0.6, "min_sigmas": 6.0, "history": 200},
+    {"window": 3, "ref_window": 10, "max_ratio": 0.75, "min_sigmas": 6.0, "noise": "std"},
+    {"window": 1, "ref_window": 5, "gap": 2, "max_ratio": 0.1, "min_sigmas": 2.0, "noise": "std"},
+])
+def test_step_down_chunks_ruled_out_whole_keep_every_verdict(params, monkeypatch):
+    """A step_down chunk whose every level stays above ``max_ratio`` x the largest value of its
+    reference windows is judged fine whole (``_could_fall``): the same verdicts as computing
+    every reference, in chunks of 60, on a calm series and one with falls of every depth;
+    and most calm chunks are ruled out."""
+    cls = DETECTORS["step_down"]
+    r = np.random.default_rng(len(params))
+    calm = 0.5 + 0.02 * r.standard_normal(3000)
+    falls = calm.copy()
+    for at in range(300, 2900, 130):
+        falls[at: at + int(r.integers(1, 40))] *= r.uniform(0.02, 1.0)
+    answers = []
+    real = cls._could_fall
+    monkeypatch.setattr(cls, "_could_fall", lambda self, *a: answers.append(real(self, *a)) or answers[-1])
+    triggered = 0
+    for x in (calm, falls):
+        steps = np.arange(len(x), dtype=np.int64)
+        det = cls(cls.Params(**params))
+        got = np.concatenate([det.scan(Chunk(steps[i:i + 60], x[i:i + 60])).verdict for i in range(0, len(x), 60)])
+        with monkeypatch.context() as m:
+            m.setattr(cls, "_could_fall", lambda self, *a: True)
+            det = cls(cls.Params(**params))
+            want = np.concatenate([det.scan(Chunk(steps[i:i + 60], x[i:i + 60])).verdict
+                                   for i in range(0, len(x), 60)])
+        assert np.array_equal(got, want), np.flatnonzero(got != want)[:5]
+        triggered += int((want == 1).sum())
+    assert triggered, "the falls must trigger, or the screen is not tested"
+    assert answers[:50].count(False) >= 40, "a calm series' chunks are ruled out whole"
+
+
 def test_gain_loss_noise_skipped_where_no_test_reads_it_changes_no_verdict(monkeypatch):
     """gain_loss estimates its noise only at the block boundaries whose samples passed the
     tests that do not read it: verdicts equal those with every boundary estimated."""

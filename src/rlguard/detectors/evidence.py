@@ -59,6 +59,10 @@ class Streak(Detector):
         if not len(judged):
             return Scan(verdict, stat, ref)
         h = (hit[judged] == 1).astype(np.int64)
+        if not h.any():  # no sample met the condition (the common case): no streak, every one fine
+            verdict[judged], ref[judged] = 0, np.nan  # (the base rate, read only where a rule fires: not computed)
+            self.k, self.n = 0, self.n + len(h)
+            return Scan(verdict, stat, ref)
         # streak length ending at each judged sample (carried in from the previous chunk)
         idx = np.arange(len(h))
         last_miss = np.maximum.accumulate(np.where(h == 0, idx, -1))

@@ -90,12 +90,15 @@ class StepDown(Rolling):
         ok = end >= span
         if ok.any():
             e = end[ok]
+            lv = level[ok]
+            if not self._could_fall(hist[e[0] - span: e[-1] - back], lv):
+                verdict[ok] = 0  # every sample fine, no reference median taken
+                return Scan(verdict, np.full(n, np.nan), ref, level=level)
             # the reference window ends where the level's window starts: a rolling median of
             # the history, read ``window + gap`` samples back (the upper median, as everywhere;
             # only at the positions read: a live run's one-record chunk needs one window)
             med = rolling(hist[: e[-1] - back], p.ref_window, "median", last=int(e[-1] - e[0]) + 1)
             before = med[e - e[0]]
-            lv = level[ok]
             trig = (before > 0) & (lv <= p.max_ratio * before)
             for i in np.flatnonzero(trig):  # the noise only where the ratio already holds
                 trig[i] = self._beyond_noise(hist, int(e[i]), before[i], lv[i], chunk.quantum)
@@ -103,6 +106,13 @@ class StepDown(Rolling):
             stat[ok] = np.divide(lv, before, out=np.full(len(lv), np.nan), where=before > 0)
             ref[ok] = before
         return Scan(verdict, stat, ref, level=level)
+
+    def _could_fall(self, span: np.ndarray, lv: np.ndarray) -> bool:
+        """Whether any level ``lv`` of the chunk could be ``max_ratio`` of its reference, from
+        ``span``, every value the chunk's reference windows hold: a reference (a median) is at
+        most the span's maximum (False: a healthy chunk, no reference median computed)."""
+        top = float(span.max())
+        return top > 0 and float(lv.min()) <= self.p.max_ratio * top
 
     def _scan_small(self, hist: np.ndarray, level: np.ndarray, quantum: float) -> Scan:
         """:meth:`scan` of a few records, sample by sample in plain floats: the reference
