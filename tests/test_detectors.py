@@ -411,7 +411,8 @@ def test_null_mean_of_a_few_records_computes_the_batch_numbers(monkeypatch):
     """The null-mean detector's plain-float path (a live run's chunks of up to 16) gives, chunk
     for chunk, the verdicts, means and standard errors its vectorized path gives, bit for bit
     (the running sums start at the kept tail, so other chunkings differ in the last bit: their
-    verdicts are compared)."""
+    verdicts are compared); where the batch path rules a chunk out whole (too few negative
+    values in its windows), the same verdicts without the numbers."""
     import rlguard.detectors.evidence as ev
 
     r = np.random.default_rng(3)
@@ -422,10 +423,14 @@ def test_null_mean_of_a_few_records_computes_the_batch_numbers(monkeypatch):
         small = _scans("null_mean", {"window": 30}, x, size)
         with monkeypatch.context() as m:
             m.setattr(ev, "SMALL", 0)
+            screened = _scans("null_mean", {"window": 30}, x, size)
+            m.setattr(ev.NullMean, "_negatives_possible", lambda self, span: True)
             batch = _scans("null_mean", {"window": 30}, x, size)
         assert np.array_equal(small[0], v), size
         for got, want in zip(small, batch):
             assert np.array_equal(got, want), size
+        # a chunk none of whose windows can hold enough negative values is judged fine whole
+        assert np.array_equal(screened[0], v) and np.isnan(screened[1]).sum() >= 100, size
 
 
 def test_gain_loss_of_a_few_records_computes_the_batch_numbers(monkeypatch):

@@ -211,6 +211,9 @@ class NullMean(Detector):
         ok = end >= w
         if not ok.any():
             return Scan(verdict, stat, ref)
+        if not self._negatives_possible(hist[max(0, int(end[ok][0]) - w):]):
+            verdict[ok], stat[ok], ref[ok] = 0, np.nan, np.nan  # every sample fine, no mean or spread computed
+            return Scan(verdict, stat, ref, level=np.where(ok, stat, chunk.values))
         c1 = np.concatenate([[0.0], np.cumsum(hist)])
         c2 = np.concatenate([[0.0], np.cumsum(hist * hist)])
         cn = np.concatenate([[0], np.cumsum(hist < 0)])
@@ -223,6 +226,13 @@ class NullMean(Detector):
         verdict[ok] = trig
         stat[ok], ref[ok] = mean, se
         return Scan(verdict, stat, ref, level=np.where(ok, stat, chunk.values))
+
+    def _negatives_possible(self, span: np.ndarray) -> bool:
+        """Whether a window of the chunk could hold ``min_negative`` negative values, from
+        ``span``, all the values its windows hold (False: fewer negatives in all of them
+        together than one window needs, as for a KL estimated >= 0)."""
+        p = self.p
+        return p.min_negative <= 0 or np.count_nonzero(span < 0) / p.window >= p.min_negative
 
     def blind(self, n: int, held: int) -> bool:
         """Every sample until the window is full."""
