@@ -300,6 +300,42 @@ def test_step_down_chunks_ruled_out_whole_keep_every_verdict(params, monkeypatch
     assert answers[:50].count(False) >= 40, "a calm series' chunks are ruled out whole"
 
 
+@pytest.mark.parametrize("params", [
+    {"window": 10, "max_ratio": 0.1, "min_history": 15},
+    {"window": 1, "ref_window": 3, "max_ratio": 0.1, "min_history": 2, "max_spread": 10.0, "recent_ratio": 0.1},
+    {"window": 3, "ref_window": 3, "max_ratio": 0.6, "min_history": 3},
+])
+def test_collapse_chunks_ruled_out_whole_keep_every_verdict(params, monkeypatch):
+    """A collapse chunk whose lowest level is above ``max_ratio`` x its highest reference is
+    judged fine whole (``_could_collapse``): the same verdicts and references as computing
+    every ratio, in chunks of 60, on a calm series and one with drops of every depth; and most
+    calm chunks are ruled out."""
+    cls = DETECTORS["collapse"]
+    r = np.random.default_rng(len(params))
+    calm = 0.9 + 0.03 * r.standard_normal(3000)
+    drops = calm.copy()
+    for at in range(300, 2900, 130):
+        drops[at: at + int(r.integers(1, 40))] *= r.uniform(0.005, 1.0)
+    answers = []
+    real = cls._could_collapse
+    monkeypatch.setattr(cls, "_could_collapse", lambda self, *a: answers.append(real(self, *a)) or answers[-1])
+    triggered = 0
+    for x in (calm, drops):
+        steps = np.arange(len(x), dtype=np.int64)
+        got = [cls(cls.Params(**params))]
+        got = [got[0].scan(Chunk(steps[i:i + 60], x[i:i + 60])) for i in range(0, len(x), 60)]
+        with monkeypatch.context() as m:
+            m.setattr(cls, "_could_collapse", lambda self, *a: True)
+            det = cls(cls.Params(**params))
+            want = [det.scan(Chunk(steps[i:i + 60], x[i:i + 60])) for i in range(0, len(x), 60)]
+        for attr in ("verdict", "ref", "ref_step"):
+            a, b = (np.concatenate([getattr(sc, attr) for sc in scans]) for scans in (got, want))
+            assert np.array_equal(a, b), (attr, np.flatnonzero(a != b)[:5])
+        triggered += sum(int((sc.verdict == 1).sum()) for sc in want)
+    assert triggered, "the drops must trigger, or the screen is not tested"
+    assert answers[:50].count(False) >= 40, "a calm series' chunks are ruled out whole"
+
+
 def test_gain_loss_noise_skipped_where_no_test_reads_it_changes_no_verdict(monkeypatch):
     """gain_loss estimates its noise only at the block boundaries whose samples passed the
     tests that do not read it: verdicts equal those with every boundary estimated."""

@@ -189,8 +189,16 @@ class Collapse(Rolling):
         last = np.maximum.accumulate(idx) if n else idx
         ref_step = np.where(last >= 0, chunk.steps[np.maximum(last, 0)], self.ref_step)
         upper = level + chunk.quantum / 2.0
-        ratio = np.divide(upper, run, out=np.full(n, np.nan), where=run > 0)
         ok = (pos >= p.min_history - 1) & (run > p.min_reference)
+        if n:
+            self.ref, self.ref_step = float(run[-1]), int(ref_step[-1])
+        if n and not self._could_collapse(float(upper.min()), float(run[-1])):
+            # no sample triggers, no ratio computed: every judged sample fine (no opinion where
+            # the calm tests ask, as they judge only samples that would trigger)
+            calm_asked = p.max_spread is not None or p.recent_ratio is not None
+            verdict = np.full(n, UNKNOWN, dtype=np.int8) if calm_asked else np.where(ok, 0, UNKNOWN).astype(np.int8)
+            return Scan(verdict, np.full(n, np.nan), run, ref_step.astype(np.int64), level=level)
+        ratio = np.divide(upper, run, out=np.full(n, np.nan), where=run > 0)
         trig = ratio <= p.max_ratio
         if p.abs_below is not None:
             trig &= compare(level, chunk.quantum, None, p.abs_below) == TRIGGERED
@@ -200,9 +208,14 @@ class Collapse(Rolling):
             calm[cand_j] = self._calm(hist, n, run, level, cand_j)
             ok &= calm
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
-        if n:
-            self.ref, self.ref_step = float(run[-1]), int(ref_step[-1])
         return Scan(verdict, ratio, run, ref_step.astype(np.int64), level=level)
+
+    def _could_collapse(self, low: float, top: float) -> bool:
+        """Whether any level of the chunk could be ``max_ratio`` of its reference, from the
+        lowest level (plus half the print's resolution) ``low`` and the highest reference
+        ``top``: a quotient is at least the smallest numerator over the largest denominator
+        (False: every level above that, a healthy chunk)."""
+        return not (low >= 0 and top > 0 and low / top > self.p.max_ratio)
 
     def _scan_small(self, chunk: Chunk, hist: np.ndarray, level: np.ndarray, first: int) -> Scan:
         """:meth:`scan` of a few records (a live run's), sample by sample in plain floats: the
