@@ -443,6 +443,39 @@ def test_change_point_screen_of_a_few_records_is_the_batch_screen(monkeypatch):
     assert compared > 100
 
 
+@pytest.mark.parametrize("min_rel_shift", [0.5, 0.3, 0.05])
+def test_change_point_screen_of_a_calm_chunk_is_zero_without_sums(min_rel_shift, monkeypatch):
+    """Where every value the chunk's halves read lies within a range too narrow for any shift
+    to reach ``min_rel_shift`` of the level (``_every_shift_small``), the screen is 0 (NaN in
+    the warm-up) without its running sums: the doubles of the full screen, in chunks of 60, on
+    a calm series and one with shifts of every size; and calm chunks take that path."""
+    import rlguard.detectors.changepoint as cp
+
+    r = np.random.default_rng(int(min_rel_shift * 100))
+    calm = 0.9 + 0.02 * r.standard_normal(3000)
+    shifted = calm.copy()
+    for at in range(200, 2900, 170):
+        shifted[at:] *= r.uniform(0.5, 1.6)
+    det = cp.ChangePoint(cp.ChangePoint.Params(half=10, min_rel_shift=min_rel_shift))
+    answers = []
+    real = cp.ChangePoint._every_shift_small
+    monkeypatch.setattr(cp.ChangePoint, "_every_shift_small", lambda self, span: answers.append(real(self, span))
+                        or answers[-1])
+    tripped = 0
+    for x in (calm, shifted):
+        for end in range(60, len(x) + 1, 60):
+            off = end - 60
+            got = det._screen(x[:end], off, 0.0)
+            with monkeypatch.context() as m:
+                m.setattr(cp.ChangePoint, "_every_shift_small", lambda self, span: False)
+                want = det._screen(x[:end], off, 0.0)
+            assert np.array_equal(got, want, equal_nan=True), (min_rel_shift, off)
+            tripped += int((np.abs(np.nan_to_num(want)) >= det.p.z).sum())
+    assert tripped, "shifts must trip the screen, or it is not tested"
+    if min_rel_shift >= 0.3:
+        assert answers[:49].count(True) >= 40, "calm chunks are screened without sums"
+
+
 def test_null_mean_of_a_few_records_computes_the_batch_numbers(monkeypatch):
     """The null-mean detector's plain-float path (a live run's chunks of up to 16) gives, chunk
     for chunk, the verdicts, means and standard errors its vectorized path gives, bit for bit

@@ -127,6 +127,9 @@ class ChangePoint(Detector):
         ok = k + 1 >= 2 * h
         if not ok.any():
             return z
+        if self._every_shift_small(hist[max(off, 2 * h - 1) + 1 - 2 * h:]):
+            z[ok] = 0.0  # as the test below zeroes them, without the running sums
+            return z
         cs = np.concatenate([[0.0], np.cumsum(hist)])
         d = np.empty(len(hist) + 1)  # 0, then |hist[0] - hist[0]|, |hist[1] - hist[0]|, ... (np.diff's
         d[0] = 0.0                   # ``prepend`` costs more than the work here)
@@ -145,6 +148,17 @@ class ChangePoint(Detector):
         zz[small] = 0.0
         z[ok] = zz
         return z
+
+    def _every_shift_small(self, span: np.ndarray) -> bool:
+        """Whether every judged sample's shift is too small to trip, from ``span``, all the
+        values its two halves read: each half's mean lies within the span's range, so no shift
+        exceeds that range, and ``|before|`` is at least the span's smallest magnitude (when
+        it keeps one sign). A slack of a millionth of the span's magnitude covers the running
+        sums' rounding many times over (True: a calm chunk, no sums computed)."""
+        lo, hi = float(span.min()), float(span.max())
+        least = lo if lo > 0 else -hi if hi < 0 else 0.0
+        slack = 1e-6 * max(abs(lo), abs(hi))
+        return least > slack and (hi - lo) + 2 * slack < 0.5 * self.p.min_rel_shift * (least - slack)
 
     def _screen_small(self, hist: list[float], off: int, quantum: float) -> list[float]:
         """:meth:`_screen` of the few records from position ``off`` of ``hist`` (the values from
