@@ -176,6 +176,13 @@ def nanmax(a: float, b: float) -> float:
     return b if b > a else a
 
 
+def least_magnitude(lo: float, hi: float) -> float:
+    """The smallest ``|x|`` any value in ``[lo, hi]`` can have (0 where the range holds 0): a
+    bound from below on the magnitude of a median or a mean of values in that range (the
+    whole-chunk screens)."""
+    return lo if lo > 0 else -hi if hi < 0 else 0.0
+
+
 def extend_tail(tail: np.ndarray | list[float], values: np.ndarray) -> np.ndarray:
     """History (previous tail + new values) as one array."""
     if len(tail) == 0:

@@ -22,8 +22,8 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import best_split_l2, mad_sigma, median, past_shifts_sd
-from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, register,
-                   tail_list)
+from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude,
+                   nanmax, register, tail_list)
 
 
 @register
@@ -156,7 +156,7 @@ class ChangePoint(Detector):
         it keeps one sign). A slack of a millionth of the span's magnitude covers the running
         sums' rounding many times over (True: a calm chunk, no sums computed)."""
         lo, hi = float(span.min()), float(span.max())
-        least = lo if lo > 0 else -hi if hi < 0 else 0.0
+        least = least_magnitude(lo, hi)
         slack = 1e-6 * max(abs(lo), abs(hi))
         return least > slack and (hi - lo) + 2 * slack < 0.5 * self.p.min_rel_shift * (least - slack)
 

@@ -243,9 +243,11 @@ class Discovery:
             if newest:
                 here.append(Found(d, d, newest, "tensorboard", self._root))
         for f in files:
-            if f.startswith(TB_PREFIX) or not _is_log_name(f) or is_ours(os.path.join(d, f)):
+            if f.startswith(TB_PREFIX) or not _is_log_name(f):
                 continue
             path = os.path.join(d, f)
+            if is_ours(path):
+                continue
             if self._is_log(path):
                 here.append(Found(path, d, path, "file", self._root))
             if path not in self._accepted:
