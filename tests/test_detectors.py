@@ -583,3 +583,54 @@ def test_a_detector_blind_to_a_chunk_advances_to_the_state_its_scan_leaves():
                 assert repr(advancing.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
                 i += size
     assert set(skipped) >= {"spike", "growth", "step_down", "changepoint", "null_mean", "share", "trend"}, skipped
+
+
+@pytest.mark.parametrize("refresh", [1, 7])
+def test_spike_decile_spread_skipped_until_the_loss_is_negative_changes_no_number(refresh, monkeypatch):
+    """The ``deciles`` surrogate reads the decile spread only once the loss has been negative,
+    so it is computed only then (``Spike._spread_needed``). A loss positive for its first 230
+    records and a GRPO surrogate after (it turns negative inside a block, jumps between modes
+    and spikes): every verdict, z-score and median, in chunks of every size, equals the
+    detector's that computes the spread always."""
+    import rlguard.detectors.spike as sp
+
+    r = np.random.default_rng(5)
+    n = 500
+    x = 0.3 + 0.02 * r.standard_normal(n)
+    x[230:] = np.where(r.random(n - 230) < 0.4, 0.002, -0.05 + 0.04 * r.standard_normal(n - 230))
+    x[400:404] += 1.5
+    x[120:123] += 0.6  # a spike while still positive: the MAD alone judges it
+    params = {"window": 30, "min_history": 10, "z": 10.0, "rel_floor": 0.05, "direction": "up",
+              "min_abs_delta": 0.01, "surrogate": "deciles", "refresh": refresh}
+    for size in (1, 6, 16, 60, 229, n):
+        with monkeypatch.context() as m:
+            m.setattr(sp.Spike, "_spread_needed", lambda self, least: True)
+            want = _scans("spike", params, x, size)
+        assert (want[0][:230] == 1).any() and (want[0][230:] == 1).any(), "both regimes must trigger"
+        got = _scans("spike", params, x, size)
+        for g, w in zip(got, want):
+            assert np.array_equal(g, w, equal_nan=True), (size, np.flatnonzero(~((g == w) | np.isnan(w)))[:5])
+
+
+def test_threshold_fractional_only_computes_nothing_before_a_fraction_and_judges_the_same():
+    """``fractional_only``: no opinion until a value strictly between 0 and 1 (not 1/2, 1/3,
+    1/4...) was seen. Before it no level is computed (``Threshold._no_fraction_yet``); from it
+    on, every verdict, level and bound is the plain threshold's, in chunks of every size."""
+    from rlguard.detectors.base import UNKNOWN
+
+    r = np.random.default_rng(3)
+    x = np.concatenate([r.integers(0, 2, 150).astype(float), np.full(40, 0.5), r.integers(0, 3, 30) / 2.0,
+                        np.clip(0.3 + 0.05 * r.standard_normal(100), 0, 1), np.full(60, 0.95),
+                        np.clip(0.3 + 0.05 * r.standard_normal(50), 0, 1)])
+    first = 220 + int(np.argmax((x[220:] > 0) & (x[220:] < 1)))
+    assert first < 230
+    params = {"above": 0.9, "window": 10}
+    plain = _scans("threshold", params, x, len(x))
+    for size in (1, 6, 16, 60, 219, len(x)):
+        v, stat, ref = _scans("threshold", {**params, "fractional_only": True}, x, size)
+        assert (v[:first] == UNKNOWN).all()
+        whole = first // size * size  # the chunks before the one with the first fraction: no level
+        assert np.isnan(stat[:whole]).all() and (size > 1 or whole == first)
+        assert np.array_equal(v[first:], plain[0][first:]), size
+        assert np.array_equal(stat[first:], plain[1][first:]) and np.array_equal(ref, plain[2]), size
+    assert (plain[0][first:] == 1).any() and (plain[0][:first] == 1).any(), "both parts must trigger"

@@ -255,3 +255,24 @@ def test_median_is_numpys_bit_for_bit(n):
             y[n // 2] = np.nan
             assert np.isnan(median(y)), (name, n)
     assert same(median(np.full(n, -0.0)), float(np.median(np.full(n, -0.0))))
+
+
+@pytest.mark.parametrize("w,history", [(10, 300), (5, 41), (7, 300)])
+def test_block_noise_with_nothing_wanted_holds_what_the_loop_holds(w, history):
+    """A chunk none of whose estimates is read (a quiet run's minute) estimates only the one held
+    after it: the same number, bit for bit, that one estimate at a time holds, and the estimates
+    before it read -inf (none NaN where the loop's is finite), whatever the chunking."""
+    rng = np.random.default_rng(w + history)
+    for name, x in streams(w * history, 1500):
+        for chunks in ([60] * 25, list(rng.integers(1, 90, size=40))):
+            tail, seen, held, i = np.empty(0), 0, {"loop": None, "none": None}, 0
+            for k in chunks:
+                ch = x[i: i + k]
+                hist = np.concatenate([tail, ch])
+                ref, held["loop"] = block_noise_loop(hist, len(ch), seen, w, history, held["loop"])
+                got, held["none"] = block_noise(hist, len(ch), seen, w, history, held["none"], np.zeros(len(ch), bool))
+                assert np.array_equal([held["none"]], [held["loop"]], equal_nan=True), (name, i)
+                read = got != -np.inf
+                assert np.array_equal(got[read], ref[read], equal_nan=True), (name, i)
+                assert np.isfinite(ref[~read]).all(), (name, i)
+                seen, tail, i = seen + len(ch), hist[-history:], i + k

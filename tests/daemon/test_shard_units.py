@@ -225,3 +225,25 @@ def test_changed_runs_are_published_a_share_at_each_save_the_longest_waiting_fir
     fleet.periodic(runs, 1100.0, gone + keys[:2])  # a sixth of the interval: 1 of the 2 live ones
     assert not set(gone) & set(fleet.dirty) and list(fleet.dirty) == [keys[1]]
     assert fleet.store.read(keys[0])["at"] == 1100.0 != before[keys[0]]
+
+
+def test_a_run_not_judged_yet_is_not_drawn_into_the_alert_probe(tmp_path):
+    """``may_alert`` (the runs a scrape of ``rlguard_alert_firing`` looks at): a run found but not
+    judged yet has nothing pending or firing (10,000 runs found at a start were each drawn into
+    every probe until judged); one restored with a rule firing is drawn in from the start."""
+    from rlguard.daemon.runs import RunMonitor
+    from rlguard.rulespec import load_packs
+
+    log = tmp_path / "logs" / "r1" / "metrics.jsonl"
+    log.parent.mkdir(parents=True)
+    rows = [{"step": s, "loss": 0.5 + 0.01 * (s % 3), "kl": 0.02 + 0.001 * (s % 4)} for s in range(1, 61)]
+    rows += [{"step": s, "loss": float("nan"), "kl": 0.02} for s in range(61, 64)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    found = Found(str(log), str(log.parent), str(log), "file")
+    mon = RunMonitor(found, "r1", load_packs())
+    assert not mon.may_alert()
+    alerts, _, _ = mon.poll(1000.0)
+    assert any(a.status == "firing" for a in alerts) and mon.may_alert()
+    _, run, tail, wd, info = mon.saved()
+    restored = RunMonitor(found, "r1", load_packs(), {"run": run, "tail": tail, "watchdog": wd, "info": info})
+    assert restored.may_alert() and restored.watchdog.firing()

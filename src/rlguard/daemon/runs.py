@@ -105,7 +105,7 @@ class RunMonitor:
         self._quiet_upto = 0  # pending[:_quiet_upto] were screened quiet already
         self.evaluations = 0  # chunks handed to the watchdog
         self.deferred = False  # the last poll had records due and left them for the next (see poll)
-        self._unsettled = True  # a rule pending or firing after the last evaluation (none yet: assume so)
+        self._unsettled = self._pending_or_firing()  # (a state saved with a rule firing: from the start)
         self._inc_sig: tuple | None = None  # the incarnation record's stat when last read
         self.tail_saved = self.tail.state_dict()
         self.changed = False
@@ -178,7 +178,7 @@ class RunMonitor:
         before = len(self.watchdog.alerts)
         decisions = self.watchdog.ingest(records)
         self.evaluations += 1
-        self._unsettled = any(i.run or i.firing for i in self.watchdog.instances.values())  # pending or firing
+        self._unsettled = self._pending_or_firing()
         self.screen.judged(records, self._watched)
         alerts = self.watchdog.alerts[before:]
         if len(self.watchdog.alerts) > 2 * KEEP_ALERTS:  # a run that flaps for weeks: memory stays bounded
@@ -205,6 +205,10 @@ class RunMonitor:
         bad = {k for rec in records for k, v in rec.metrics.items() if not finite(v)}
         return any(self.screen.finite_before(k) or (self._watched(k) and any(
             finite(rec.metrics.get(k, math.nan)) for rec in self.pending)) for k in bad)
+
+    def _pending_or_firing(self) -> bool:
+        """Is a rule instance pending (a streak of triggered samples) or firing?"""
+        return any(i.run or i.firing for i in self.watchdog.instances.values())
 
     def _quiet(self) -> bool:
         """May the waiting records wait longer? (:mod:`.quiet`: no rule pending or firing, every
@@ -233,7 +237,7 @@ class RunMonitor:
         if self.info.incarnation is not None:
             self.watchdog = Watchdog(plan=self.plan, run=self.run)
             self.pending, self._quiet_upto = [], 0
-            self.screen, self._watched, self._unsettled = QuietScreen(), watched_keys(self.watchdog), True
+            self.screen, self._watched, self._unsettled = QuietScreen(), watched_keys(self.watchdog), False
             events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
         self.info.incarnation = inc["id"]
         self.changed = True

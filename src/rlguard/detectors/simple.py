@@ -120,6 +120,11 @@ class Threshold(Detector):
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
+        inside = None
+        if p.fractional_only and not self.fractional:  # (once a fraction was seen, every sample is judged)
+            inside = (chunk.values > 0) & (chunk.values < 1) & ~_few_items(chunk.values)
+            if not inside.any():
+                return self._no_fraction_yet(chunk)
         if p.window == 1:
             level = chunk.values
         else:
@@ -128,12 +133,23 @@ class Threshold(Detector):
             self.tail = keep_tail(hist, p.window - 1)
         bound = p.above if p.above is not None else p.below
         verdict = compare(level, chunk.quantum, p.above, p.below)
-        if p.fractional_only:
-            inside = (chunk.values > 0) & (chunk.values < 1) & ~_few_items(chunk.values)
-            seen = np.logical_or.accumulate(np.concatenate([[self.fractional], inside]))[1:]
+        if inside is not None:
+            seen = np.logical_or.accumulate(inside)
             verdict[~seen] = UNKNOWN
             self.fractional = bool(seen[-1]) if len(seen) else self.fractional
         return Scan(verdict, level, np.full(len(level), bound), level=level if p.window > 1 else None)
+
+    def _no_fraction_yet(self, chunk: Chunk) -> Scan:
+        """A ``fractional_only`` scan of a chunk with no fraction in it, none seen before: no
+        opinion on any sample, so no level is computed (NaN, read only where a rule fires); the
+        tail moves on as a scan moves it (a GRPO log's fraction of one group, 0 or 1, or 1/2 of
+        two: the rolling median was most of the rule's cost, for nothing)."""
+        p, n = self.p, len(chunk.values)
+        if p.window > 1:
+            self.tail = keep_tail(extend_tail(self.tail, chunk.values), p.window - 1)
+        nan = np.full(n, np.nan)
+        bound = p.above if p.above is not None else p.below
+        return Scan(np.full(n, UNKNOWN, dtype=np.int8), nan, np.full(n, bound), level=nan if p.window > 1 else None)
 
     def advance(self, chunk: Chunk) -> bool:
         """The tail a scan keeps (the state, but for ``fractional_only``'s flag: then it scans)."""

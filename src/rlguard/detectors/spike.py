@@ -58,6 +58,7 @@ class Spike(Detector):
         self.seen = 0
         self.low = np.inf  # the lowest value seen (surrogate)
         self._block: tuple | None = None  # (block start, med, mad, top, sd): derived, not state
+        # (sd None: the decile spread not computed, as no value read it yet; see _spread_needed)
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
@@ -71,7 +72,8 @@ class Spike(Detector):
         if local[0] >= p.window and not self._possible_anywhere(hist[local[0] - p.window: local[-1]], chunk):
             return self._all_fine(chunk)  # (every window full: the first block's is)
         have = np.minimum(start, p.window)
-        med, mad, top, sd = self._baseline(hist, start, local, have, chunk.values, chunk.quantum)
+        spread_needed = self._spread_needed(float(chunk.values.min()) if n else np.inf)
+        med, mad, top, sd = self._baseline(hist, start, local, have, chunk.values, chunk.quantum, spread_needed)
         ok = have >= p.min_history
         spread = MAD_TO_SIGMA * mad
         if p.surrogate == "deciles":
@@ -140,12 +142,13 @@ class Spike(Detector):
         for j, v in enumerate(chunk.values.tolist()):
             a = seen + j
             start = a - a % p.refresh  # the block's baseline ends before this sample
-            if c is None or c[0] != start:
-                c = self._block = self._block_baseline(hist, start, start - seen + off)
+            if p.surrogate == "deciles":
+                low = v if v < low else low
+            if c is None or c[0] != start or (c[4] is None and low < 0):
+                c = self._block = self._block_baseline(hist, start, start - seen + off, low < 0)
             _, med, mad, top, sd = c
             spread = MAD_TO_SIGMA * mad
             if p.surrogate == "deciles":
-                low = v if v < low else low
                 spread = nanmax(spread, sd) if low < 0 else spread
             scale = nanmax(nanmax(spread, p.rel_floor * abs(med)), floor)
             z = (v - med) / scale
@@ -170,19 +173,29 @@ class Spike(Detector):
         self.tail = keep_tail(hist, self._keep())
         return Scan(np.array(verdict, dtype=np.int8), np.array(zs, dtype=float), np.array(meds, dtype=float))
 
-    def _block_baseline(self, hist: np.ndarray, start: int, local: int) -> tuple:
+    def _block_baseline(self, hist: np.ndarray, start: int, local: int, spread_needed: bool = True) -> tuple:
         """(start, median, MAD, max, decile spread) of the window before the block starting at
         sample ``start`` (``hist[local - window: local]``, partial early in the run; NaN while
-        fewer than ``min_history`` samples came before), as :meth:`_baseline` gives it."""
+        fewer than ``min_history`` samples came before), as :meth:`_baseline` gives it. The
+        decile spread is None where it is not ``spread_needed`` (:meth:`_spread_needed`)."""
         p = self.p
         if local - p.window < 0 and min(start, p.window) < p.min_history:
             return (start, np.nan, np.nan, np.nan, 0.0)
         w = hist[max(0, local - p.window): local]
         med, mad = median_mad(w)
-        sd = float(_deciles(w[None, :])[0]) if p.surrogate == "deciles" else 0.0
+        sd = 0.0
+        if p.surrogate == "deciles":
+            sd = float(_deciles(w[None, :])[0]) if spread_needed else None
         return (start, med, mad, float(w.max()), sd)
 
-    def _baseline(self, hist, start, local, have, values, quantum):
+    def _spread_needed(self, least: float) -> bool:
+        """Will a sample of this chunk (its least value ``least``) read the decile spread? Only
+        a ``deciles`` surrogate's, once the loss has been negative (the lowest value so far,
+        this chunk's included, below 0): a loss that never was reads the MAD alone, so the
+        spread (a partition per block, a fifth of the rule's cost) is not computed for it."""
+        return self.p.surrogate == "deciles" and min(self.low, least) < 0
+
+    def _baseline(self, hist, start, local, have, values, quantum, spread_needed=True):
         """Median, MAD, max and decile spread of the window before each sample's block. A
         block's baseline depends only on samples before it, so the last one, where it was
         computed, is kept: a live run's one-record chunks inside a block reuse it instead of
@@ -197,8 +210,8 @@ class Spike(Detector):
         needs it.)"""
         p, n = self.p, len(start)
         c = self._block
-        if n and c is not None and start[0] == c[0] and start[-1] == c[0]:
-            return np.full(n, c[1]), np.full(n, c[2]), np.full(n, c[3]), np.full(n, c[4])
+        if n and c is not None and start[0] == c[0] and start[-1] == c[0] and (c[4] is not None or not spread_needed):
+            return np.full(n, c[1]), np.full(n, c[2]), np.full(n, c[3]), np.full(n, c[4] or 0.0)
         med, mad, top, sd = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan), np.zeros(n)
         uniq, inv = sorted_unique(local)  # local rises with the sample
         full = uniq - p.window >= 0
@@ -220,7 +233,7 @@ class Spike(Detector):
                 um, ud = np.full(len(uniq), np.nan), np.full(len(uniq), np.nan)
                 um[full], ud[full] = median_mad_rows(view)
                 med, mad = um[inv], ud[inv]
-                if p.surrogate == "deciles":
+                if p.surrogate == "deciles" and spread_needed:
                     us = np.zeros(len(uniq))
                     us[full] = _deciles(view)
                     sd = us[inv]
@@ -231,12 +244,13 @@ class Spike(Detector):
                 u = int(local[j])
                 got = done.get(u)
                 if got is None:  # a partial window at the start: as the sample-by-sample path has it
-                    got = done[u] = self._block_baseline(hist, int(start[j]), u)[1:]
-                med[j], mad[j], top[j], sd[j] = got
+                    got = done[u] = self._block_baseline(hist, int(start[j]), u, spread_needed)[1:]
+                med[j], mad[j], top[j], sd[j] = got[0], got[1], got[2], got[3] or 0.0
         # the last block's baseline, kept for a live run's next records where it was computed
         # (a screened-out block's is not: the next chunk computes it if it needs it)
         if n:
-            self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), float(sd[-1])) \
+            kept_sd = float(sd[-1]) if spread_needed or p.surrogate != "deciles" else None
+            self._block = (int(start[-1]), float(med[-1]), float(mad[-1]), float(top[-1]), kept_sd) \
                 if med[-1] == med[-1] or have[-1] < p.min_history else None
         return med, mad, top, sd
 

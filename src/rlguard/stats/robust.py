@@ -104,6 +104,12 @@ def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
         rest, sigma = block_noise_loop(hist[: off + n], n - j, first + j, w, history, sigma)
         out[j:] = rest
         return out, sigma
+    if want is not None and not want[j:].any():  # only the estimate held after: one estimate
+        last = j + (n - 1 - j) // w * w
+        held = _at(hist, off + last + 1, w, history)
+        if np.isfinite(held):  # (else the loop below, as for any unknown estimate)
+            out[j:last], out[last:] = -np.inf, held
+            return out, held
     s0 = int(ends[0] - m[0] * w)  # the common grid of blocks starts here
     k = (int(ends[-1]) - s0) // w
     means = hist[s0: s0 + k * w].reshape(k, w).mean(axis=1)
