@@ -94,3 +94,43 @@ def test_the_first_reads_of_a_pass_are_saved_in_slices_too(tmp_path, monkeypatch
     d.poll()
     assert [n for n, _ in calls] == [3, 3, 1] and calls[0][1] < calls[1][1] < calls[2][1]
     assert not any(m.never_saved for m in d.runs.values()) and len(d.store.load()) == RUNS
+
+
+def test_the_handoff_share_is_published_slice_by_slice_with_the_lock_let_go_between(tmp_path, monkeypatch):
+    """After a save, the share of changed runs due for the handoff dir is written a slice at a
+    time too (a 10,000-run daemon's share, 2,500 runs, held the lock ~2 s in one go): each slice
+    under the lock, let go between; every run published; a slice that cannot be written stops
+    the share, and the runs not written stay waiting for the next save."""
+    monkeypatch.setattr(service, "SAVE_SLICE", 3)
+    for i in range(RUNS):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
+    clock = [1000.0]
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
+                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=60.0,
+                       handoff_lease=120.0)
+    d = Daemon(cfg, clock=lambda: clock[0])
+    d.poll()
+    for m in d.runs.values():
+        m.changed = True
+    d.lock = lock = CountingLock()
+    calls: list[tuple[int, int, bool]] = []  # (runs, free moments so far, the lock held by the publisher)
+    publish = d.fleet.publish
+
+    def counted(runs, keys):
+        calls.append((len(keys), lock.free, lock.depth > 0))
+        return publish(runs, keys)
+
+    d.fleet.publish = counted
+    clock[0] = 1060.0  # a whole handoff interval since the start: every changed run is due
+    d.save()
+    assert [n for n, _, _ in calls] == [3, 3, 1] and all(held for _, _, held in calls)
+    assert calls[0][1] < calls[1][1] < calls[2][1]  # let go between every two slices
+    assert all(d.fleet.store.read(k) is not None for k in d.runs) and not d.fleet.dirty
+    for m in d.runs.values():
+        m.changed = True
+    failing = iter([publish, lambda runs, keys: [("handoff", "handoff record not writable")]])
+    d.fleet.publish = lambda runs, keys: next(failing)(runs, keys)
+    clock[0] = 1120.0
+    d.save()
+    assert len(d.fleet.dirty) == RUNS - 3  # the first slice written, the rest wait
+    assert "handoff" in d.problems

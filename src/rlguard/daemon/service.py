@@ -87,8 +87,7 @@ class Daemon:
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
-        """Start watching runs that appeared under the watched directories and patterns, and
-        that this shard owns (all of them without --shard)."""
+        """Watch the runs that appeared under the watched paths and that this shard owns (all without --shard)."""
         with self.lock:
             self.fleet.begin_scan(self.clock())
             taken = 0
@@ -252,8 +251,9 @@ class Daemon:
         saved = self._save_slices(changed, lambda m: setattr(m, "changed", False))
         if saved is None:
             return  # not written: the runs stay "changed" and are saved at the next try
+        changes = self.fleet.periodic(self.runs, self.clock(), [m.path for m in saved], self.lock, SAVE_SLICE)
         with self.lock:
-            self._record(self.fleet.periodic(self.runs, self.clock(), [m.path for m in saved]))
+            self._record(changes)
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
