@@ -83,6 +83,7 @@ def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
     ``want`` (per position, optional) says which estimates the caller will read: a block
     boundary none of whose positions is wanted is not estimated there and reads ``-inf``
     (never NaN: an estimate there would have been finite); the last one always is (held).
+    Where none is wanted (a quiet run's minute), that last one is all that is computed.
     """
     out = np.empty(n)
     off = len(hist) - n
@@ -107,7 +108,7 @@ def block_noise(hist: np.ndarray, n: int, first: int, w: int, history: int,
     if want is not None and not want[j:].any():  # only the estimate held after: one estimate
         last = j + (n - 1 - j) // w * w
         held = _at(hist, off + last + 1, w, history)
-        if np.isfinite(held):  # (else the loop below, as for any unknown estimate)
+        if np.isfinite(held):  # (else the grid below, which falls back to the loop for an unknown one)
             out[j:last], out[last:] = -np.inf, held
             return out, held
     s0 = int(ends[0] - m[0] * w)  # the common grid of blocks starts here
