@@ -122,7 +122,9 @@ def told(body: dict) -> tuple[str, list[tuple[str, str, str]]]:
 def audit(bodies: list[dict]) -> dict:
     """What Slack was told, in order: per run, which alerts were told firing; messages that
     told nothing new (a repeat: the same alerts in the same states as already told); bodies
-    received twice; and the footer's 'possible duplicate' flags."""
+    received twice; and the footer's 'possible duplicate' flags. A flagged message is the
+    documented at-least-once window (Slack took it, the shard was killed before it recorded
+    that, its restart sends it again saying so): it is counted in ``flagged``, not a repeat."""
     state: dict[str, dict[tuple[str, str], str]] = {}
     fired: set[tuple[str, str]] = set()
     repeats, seen, twice, flagged = [], set(), 0, 0
@@ -130,11 +132,12 @@ def audit(bodies: list[dict]) -> dict:
         text = json.dumps(body, sort_keys=True)
         twice += text in seen
         seen.add(text)
-        flagged += "re-sent after an interrupted delivery" in text
+        interrupted = "re-sent after an interrupted delivery" in text
+        flagged += interrupted
         run, alerts = told(body)
         now = state.setdefault(run, {})
         news = [a for a in alerts if now.get((a[0], a[1])) != a[2]]
-        if not news:
+        if not news and not interrupted:
             repeats.append((run, alerts))
         for rule, metric, status in alerts:
             now[(rule, metric)] = status
