@@ -75,7 +75,7 @@ class Fleet:
         self.elsewhere: set[str] = set()  # runs found that other shards own
         self.dirty: dict[str, None] = {}  # runs changed since they were last published (oldest first)
         self.barrier: int | None = None  # outbox items up to this id may leave
-        self.released = False
+        self.released = False  # stopping, every run published: the daemon judges and tells nothing more
         self._unpublished: set[str] = set()
         self._last_slice = clock()  # when periodic() last published its share
 

@@ -190,6 +190,8 @@ class Daemon:
         urgent = []
         for key, mon in monitors:
             with self.lock:
+                if self.fleet.released:  # stopping: its runs are other shards' now (see Fleet.released)
+                    break
                 try:
                     alerts, decisions, events = self.budget.poll(key, mon, now, self.cfg.eval_interval,
                                                                  self.cfg.quiet_interval)
@@ -217,11 +219,9 @@ class Daemon:
 
     def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
         """The end of a poll. A run that alerted is saved at once, so a crash right after does not
-        replay it (others wait for the periodic save: a replay is harmless, notifications are
-        keyed and stop requests idempotent); not past alerts held in memory (Outgoing.held). A
-        run read for the first time too (one write per run with a record): a restart that finds
-        no saved state reads the log as a new run, and a log rotated meanwhile then starts
-        mid-run ("at start" false alarms, the steps before the rotation never judged)."""
+        replay it (others wait for the periodic save: a replay is harmless, notifications keyed, stop
+        requests idempotent; Outgoing.held is not saved). A run read for the first time too: a restart finding no state
+        would read a log rotated meanwhile from mid-run ("at start" false alarms, steps never judged)."""
         self._save_slices(urgent, lambda m: setattr(m, "never_saved", False))
         with self.lock:  # before any message queued in this pass may leave
             self._record(self.fleet.publish_queued(self.runs, self.names))
@@ -324,7 +324,7 @@ class Daemon:
     # ------------------------------------------------------------------ actions
     def _notify(self, alerts: list[Alert]) -> None:
         self.outgoing.log(alerts)
-        if alerts and self.dispatcher is not None:
+        if alerts and self.dispatcher is not None and not self.fleet.released:  # (released: other shards tell)
             self._submit(list(alerts))
 
     def _submit(self, alerts: list[Alert]) -> None:
