@@ -276,3 +276,41 @@ def test_block_noise_with_nothing_wanted_holds_what_the_loop_holds(w, history):
                 assert np.array_equal(got[read], ref[read], equal_nan=True), (name, i)
                 assert np.isfinite(ref[~read]).all(), (name, i)
                 seen, tail, i = seen + len(ch), hist[-history:], i + k
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 10, 29, 30, 31, 64])
+def test_sorted_window_statistics_are_numpys_bit_for_bit(n):
+    """The median, MAD and quantiles of a short window from one sort of a plain list (what the
+    spike rules' block baselines and every short ``median``/``median_mad`` use) are numpy's
+    numbers, ties and signed zeros included (a quantile's zero may differ in sign: which of two
+    equal zeros a rank holds is the sort's choice); a window holding a NaN or an inf, or longer
+    than ``SORT_MAX``, is left to numpy (None)."""
+    from rlguard.stats import median_mad, sorted_finite, sorted_mad, sorted_median, sorted_quantile
+    from rlguard.stats.order import SORT_MAX
+
+    def bits(a: float) -> bytes:
+        return np.float64(a).tobytes()
+
+    for seed in range(4):
+        for name, x in streams(seed, n):
+            s = sorted_finite(x)
+            assert s == sorted(x.tolist()), (name, n)
+            med = float(np.median(x))
+            assert bits(sorted_median(s)) == bits(med), (name, n)
+            assert bits(sorted_mad(s, med)) == bits(float(np.median(np.abs(x - med)))), (name, n)
+            assert bits(sorted_mad(s, 0.3)) == bits(float(np.median(np.abs(x - 0.3)))), (name, n)
+            for q in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):  # (the sign of a zero: which of two equal zeros a rank holds)
+                assert bits(0.0 + sorted_quantile(s, q)) == bits(0.0 + float(np.quantile(x, q))), (name, n, q)
+            got = median_mad(x)
+            assert bits(got[0]) == bits(med) and bits(got[1]) == bits(float(np.median(np.abs(x - med))))
+            assert sorted_finite(list(x)) == s  # a list of floats too
+    for bad in (np.nan, np.inf, -np.inf):
+        y = np.arange(float(n))
+        y[n // 2] = bad
+        assert sorted_finite(y) is None  # numpy's path: its NaN and infinity rules
+        with np.errstate(invalid="ignore"):
+            want = float(np.median(y)), float(np.median(np.abs(y - np.median(y))))
+            got = median_mad(y)
+        assert all(a == b or (a != a and b != b) for a, b in zip(got, want)), (bad, n)
+    assert sorted_finite(np.arange(SORT_MAX + 1.0)) is None and sorted_finite(np.empty(0)) is None
+    assert sorted_finite(np.ones((2, 3))) is None  # not one window

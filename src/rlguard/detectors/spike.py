@@ -17,7 +17,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_unique, window_max
+from ..stats import (MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_finite, sorted_mad, sorted_median,
+                     sorted_quantile, sorted_unique, window_max)
 from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude,
                    nanmax, quantile_rows, register, tail_list, windows)
 
@@ -182,11 +183,16 @@ class Spike(Detector):
         if local - p.window < 0 and min(start, p.window) < p.min_history:
             return (start, np.nan, np.nan, np.nan, 0.0)
         w = hist[max(0, local - p.window): local]
-        med, mad = median_mad(w)
-        sd = 0.0
-        if p.surrogate == "deciles":
-            sd = float(_deciles(w[None, :])[0]) if spread_needed else None
-        return (start, med, mad, float(w.max()), sd)
+        deciles = p.surrogate == "deciles"
+        s = sorted_finite(w)  # (one sort of a plain list gives all four: numpy's calls cost 6x more)
+        if s is None:
+            med, mad = median_mad(w)
+            top, sd = float(w.max()), (float(_deciles(w[None, :])[0]) if spread_needed and deciles else None)
+        else:
+            med = sorted_median(s)
+            mad, top = sorted_mad(s, med), s[-1]
+            sd = (sorted_quantile(s, 0.9) - sorted_quantile(s, 0.1)) / 2.563 if spread_needed and deciles else None
+        return (start, med, mad, top, sd if deciles else 0.0)
 
     def _spread_needed(self, least: float) -> bool:
         """Will a sample of this chunk (its least value ``least``) read the decile spread? Only

@@ -5,7 +5,8 @@ array (``rlguard check`` replays a log as one chunk) and an incremental object u
 value at a time (a live run, a daemon tailing a file), amortised O(log w) per value or
 better. Detectors read these; the thresholds and decisions stay in ``rlguard.detectors``.
 
-- :mod:`.order`: rolling (upper) median over a window, batch and incremental (sorted window).
+- :mod:`.order`: rolling (upper) median over a window, batch and incremental (sorted window);
+  median, MAD and quantiles of a short window from one sort of a plain list (``sorted_*``).
 - :mod:`.robust`: robust noise, 1.4826 x MAD (of values, of differences, of block means), an
   evaluation's noise, and the spread of past two-segment shifts.
 - :mod:`.split`: the l2-optimal single split of a segment (what ruptures' KernelCPD gives).
@@ -28,16 +29,16 @@ by ``bench/river_compare.py`` (river 0.26.1, 100,000 Student-t values, window 30
 - it would bring a compiled dependency, with pandas and scipy, into a monitor core that
   keeps to numpy, pydantic and PyYAML.
 """
-from .order import (RollingMedian, median, median_rows, rolling_median, sorted_unique, upper_median, upper_median_rows,
-                    window_max, windows)
+from .order import (RollingMedian, median, median_rows, rolling_median, sorted_finite, sorted_mad, sorted_median,
+                    sorted_quantile, sorted_unique, upper_median, upper_median_rows, window_max, windows)
 from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
                      past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se)
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
 from .shared import shared_rolling_median, sharing
 from .split import best_split_l2
 
-__all__ = ["RollingMedian", "median", "median_rows", "rolling_median", "sorted_unique", "upper_median", "upper_median_rows",
-           "window_max", "windows",
+__all__ = ["RollingMedian", "median", "median_rows", "rolling_median", "sorted_finite", "sorted_mad", "sorted_median",
+           "sorted_quantile", "sorted_unique", "upper_median", "upper_median_rows", "window_max", "windows",
            "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
            "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",
            "trailing_mean_se", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks",

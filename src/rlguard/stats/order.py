@@ -37,6 +37,9 @@ def median(x) -> float:
     numpy's median adds argument handling, a NaN check and a ``mean`` call that cost several
     times the work on the short windows rules read. As numpy does, the partition also puts
     the largest value last, so a NaN anywhere gives NaN."""
+    s = sorted_finite(x)
+    if s is not None:
+        return sorted_median(s)
     x = np.asarray(x, dtype=float)
     n = len(x)
     if n == 0 or x.ndim != 1:
@@ -49,6 +52,79 @@ def median(x) -> float:
         part = np.partition(x, (k - 1, k, n - 1))
         v = (0.0 + float(part[k - 1]) + float(part[k])) / 2.0
     return v if part[n - 1] == part[n - 1] else float("nan")
+
+
+#: up to this many values, a window's order statistics sort a plain list: numpy's per-call cost
+#: (a few microseconds a call, several calls a statistic) is most of the work on 30 values
+SORT_MAX = 64
+
+
+def sorted_finite(x) -> list[float] | None:
+    """The values of a short 1-D window (at most :data:`SORT_MAX`) as a sorted list of floats,
+    for the ``sorted_*`` statistics below; None where numpy must answer: a longer or empty
+    window, or one holding a NaN or an infinity (numpy orders NaN last and propagates it)."""
+    if not 0 < len(x) <= SORT_MAX:
+        return None
+    a = x if isinstance(x, np.ndarray) and x.dtype == np.float64 else np.asarray(x, dtype=float)
+    if a.ndim != 1:
+        return None
+    vals = a.tolist()
+    total = sum(vals)
+    return sorted(vals) if total - total == 0.0 else None  # (a NaN or an inf anywhere: not 0.0)
+
+
+def sorted_median(s: list[float]) -> float:
+    """``np.median`` of the values of the sorted list ``s``, bit for bit: numpy's mean adds to
+    0.0, so a -0.0 median comes out 0.0 whichever of two zeros sorting put in the middle."""
+    n = len(s)
+    k = n // 2
+    return 0.0 + s[k] if n % 2 else (0.0 + s[k - 1] + s[k]) / 2.0
+
+
+def sorted_mad(s: list[float], c: float) -> float:
+    """``np.median(np.abs(x - c))`` of the values of the sorted list ``s``, bit for bit, in
+    O(log^2 n): the k-th smallest distance is found by bisection, counting on each side of
+    ``c`` (no distance is computed but the few compared)."""
+    n = len(s)
+    if not n:
+        return float("nan")
+    if n % 2:
+        return _kth_distance(s, c, n // 2)
+    return (_kth_distance(s, c, n // 2 - 1) + _kth_distance(s, c, n // 2)) / 2.0
+
+
+def _kth_distance(s: list[float], c: float, k: int) -> float:
+    """The k-th (0-based) smallest of ``abs(s - c)`` over the sorted list ``s``: the k-th of
+    two ascending runs, ``A[t] = |s[m-1-t] - c|`` (left of the center, read backwards) and
+    ``B[t] = |s[m+t] - c|``, by bisection on how many come from ``A``."""
+    m = bisect.bisect_left(s, c)
+    la, lb = m, len(s) - m
+    lo, hi = max(0, k + 1 - lb), min(k + 1, la)
+    while lo < hi:  # smallest i with A[i] >= B[k - i]: take i from A, k + 1 - i from B
+        i = (lo + hi) // 2
+        if abs(s[m - 1 - i] - c) >= abs(s[m + k - i] - c):
+            hi = i
+        else:
+            lo = i + 1
+    i = lo
+    best = abs(s[m - i] - c) if i > 0 else -1.0
+    if k - i >= 0:
+        best = max(best, abs(s[m + k - i] - c))
+    return best
+
+
+def sorted_quantile(s: list[float], q: float) -> float:
+    """``np.quantile(x, q)`` (the default 'linear' method) of the values of the sorted list
+    ``s``: numpy's own interpolation formula, from the far end past the middle, so the same
+    number bit for bit, but for the sign of a zero (which of two equal zeros holds a rank is
+    the sort's choice, and numpy's partition may choose the other)."""
+    pos = q * (len(s) - 1)
+    a = int(math.floor(pos))
+    b = min(a + 1, len(s) - 1)
+    t = pos - a
+    va, vb = s[a], s[b]
+    diff = vb - va
+    return vb - diff * (1 - t) if t >= 0.5 else va + diff * t
 
 
 def median_rows(view: np.ndarray) -> np.ndarray:
@@ -227,45 +303,15 @@ class RollingMedian:
 
     def median(self) -> float:
         """``np.median`` of the window, bit for bit (the mean of the two middle values for an
-        even count)."""
-        s = self._sorted
-        n = len(s)
-        if not n:
-            return float("nan")
-        return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2.0
+        even count; NaN when empty)."""
+        return sorted_median(self._sorted) if self._sorted else float("nan")
 
     def mad(self, center: float | None = None) -> float:
         """``np.median(np.abs(window - center))`` (center: the median), bit for bit, in
-        O(log^2 w) from the sorted window: the k-th smallest distance is found by bisection
-        on the distance, counting on each side of the center."""
-        s = self._sorted
-        n = len(s)
-        if not n:
+        O(log^2 w) from the sorted window (:func:`sorted_mad`)."""
+        if not self._sorted:
             return float("nan")
-        c = self.median() if center is None else float(center)
-        if n % 2:
-            return self._kth_distance(c, n // 2)
-        return (self._kth_distance(c, n // 2 - 1) + self._kth_distance(c, n // 2)) / 2.0
-
-    def _kth_distance(self, c: float, k: int) -> float:
-        """The k-th (0-based) smallest of ``abs(s - c)`` over the sorted window ``s``: the
-        k-th of two ascending runs, ``A[t] = |s[m-1-t] - c|`` (left of the center, read
-        backwards) and ``B[t] = |s[m+t] - c|``, by bisection on how many come from ``A``."""
-        s = self._sorted
-        m = bisect.bisect_left(s, c)
-        la, lb = m, len(s) - m
-        lo, hi = max(0, k + 1 - lb), min(k + 1, la)
-        while lo < hi:  # smallest i with A[i] >= B[k - i]: take i from A, k + 1 - i from B
-            i = (lo + hi) // 2
-            if abs(s[m - 1 - i] - c) >= abs(s[m + k - i] - c):
-                hi = i
-            else:
-                lo = i + 1
-        i = lo
-        best = abs(s[m - i] - c) if i > 0 else -1.0
-        if k - i >= 0:
-            best = max(best, abs(s[m + k - i] - c))
-        return best
+        return sorted_mad(self._sorted, self.median() if center is None else float(center))
 
 
 def window_max(x: np.ndarray, w: int) -> np.ndarray:

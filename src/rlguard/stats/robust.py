@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .order import median, median_rows, windows
+from .order import median, median_rows, sorted_finite, sorted_mad, sorted_median, windows
 
 #: MAD -> standard deviation for normal data
 MAD_TO_SIGMA = 1.4826
@@ -146,6 +146,10 @@ def median_mad_rows(view: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def median_mad(x: np.ndarray) -> tuple[float, float]:
     """:func:`median_mad_rows` of one 1-D array (``np.median`` and the unscaled MAD)."""
+    s = sorted_finite(x)
+    if s is not None:  # a short window: one sort of a plain list (numpy's per-call cost is most of the work)
+        med = sorted_median(s)
+        return med, sorted_mad(s, med)
     x = np.asarray(x, dtype=float)
     med = median(x)
     return med, median(np.abs(x - med))
