@@ -250,8 +250,9 @@ SMALL_LAST, SMALL_W = 16, 64
 
 
 def _rolling_median_small(x: np.ndarray, w: int, last: int) -> np.ndarray | None:
-    """:func:`rolling_median` of a few positions by sorting each window as a list: the value of
-    rank ``len // 2``, the very sample a partition picks. None (use numpy) where a NaN or a
+    """:func:`rolling_median` of a few positions from a sorted list of the window, slid a value
+    at a time (one removal, one insertion): the value of rank ``len // 2``, the very sample a
+    partition picks. None (use numpy) where a NaN or a
     negative zero is in reach: numpy orders NaN last and may pick either zero of a tie."""
     n = len(x)
     seg = x[max(0, n - last - w + 1):].tolist()
@@ -259,9 +260,14 @@ def _rolling_median_small(x: np.ndarray, w: int, last: int) -> np.ndarray | None
         if v != v or (v == 0.0 and math.copysign(1.0, v) < 0):
             return None
     off = len(seg) - last  # position in seg of the first wanted window's end
-    out = []
-    for j in range(off, len(seg)):
-        win = sorted(seg[max(0, j - w + 1): j + 1])
+    if off >= len(seg):
+        return np.empty(0)
+    win = sorted(seg[max(0, off - w + 1): off + 1])  # the first window, then slid a value at a time
+    out = [win[len(win) // 2]]
+    for j in range(off + 1, len(seg)):
+        if j - w >= 0:
+            del win[bisect.bisect_left(win, seg[j - w])]
+        bisect.insort(win, seg[j])
         out.append(win[len(win) // 2])
     return np.array(out, dtype=float)
 
