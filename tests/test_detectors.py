@@ -278,23 +278,30 @@ def _calm_and_faulty(level: float, noise: float, depth: tuple[float, float], see
 def _minutes_with_and_without(name: str, params: dict, screen: str, series, monkeypatch):
     """Each series scanned in chunks of 60 (a quiet run's minutes) with the whole-chunk screen
     ``screen`` as it is, then switched off: ``[(with, without), ...]`` lists of scans, and what
-    the screen answered (True: a sample could trigger)."""
+    the screen answered (True: a sample could trigger), and alongside the pairs the detector's
+    state after each chunk (what the next chunk starts from), in the same shape."""
     cls = DETECTORS[name]
     answers = []
     real = getattr(cls, screen)
     monkeypatch.setattr(cls, screen, lambda self, *a: answers.append(real(self, *a)) or answers[-1])
-    out = []
+    out, kept = [], []
     for x in series:
         steps = np.arange(len(x), dtype=np.int64)
-        pair = []
+        pair, states = [], []
         for off in (False, True):
             with monkeypatch.context() as m:
                 if off:
                     m.setattr(cls, screen, lambda self, *a: True)
                 det = cls(cls.Params(**params))
-                pair.append([det.scan(Chunk(steps[i:i + 60], x[i:i + 60])) for i in range(0, len(x), 60)])
+                scans, after = [], []
+                for i in range(0, len(x), 60):
+                    scans.append(det.scan(Chunk(steps[i:i + 60], x[i:i + 60])))
+                    after.append(json.dumps(det.state_dict()))  # (signed zeros and all)
+                pair.append(scans)
+                states.append(after)
         out.append(pair)
-    return out, answers
+        kept.append(states)
+    return out, answers, kept
 
 
 @pytest.mark.parametrize("params", [
@@ -308,7 +315,7 @@ def test_step_down_chunks_ruled_out_whole_keep_every_verdict(params, monkeypatch
     every reference, in chunks of 60, on a calm series and one with falls of every depth;
     and most calm chunks are ruled out."""
     series = _calm_and_faulty(0.5, 0.02, (0.02, 1.0), len(params))
-    pairs, answers = _minutes_with_and_without("step_down", params, "_could_fall", series, monkeypatch)
+    pairs, answers, _ = _minutes_with_and_without("step_down", params, "_could_fall", series, monkeypatch)
     for got, want in pairs:
         a, b = (np.concatenate([sc.verdict for sc in scans]) for scans in (got, want))
         assert np.array_equal(a, b), np.flatnonzero(a != b)[:5]
@@ -320,18 +327,24 @@ def test_step_down_chunks_ruled_out_whole_keep_every_verdict(params, monkeypatch
     {"window": 10, "max_ratio": 0.1, "min_history": 15},
     {"window": 1, "ref_window": 3, "max_ratio": 0.1, "min_history": 2, "max_spread": 10.0, "recent_ratio": 0.1},
     {"window": 3, "ref_window": 3, "max_ratio": 0.6, "min_history": 3},
+    {"window": 5, "max_ratio": 0.1, "min_history": 3, "min_reference": 0.93},  # judged once the peak passes it
 ])
 def test_collapse_chunks_ruled_out_whole_keep_every_verdict(params, monkeypatch):
     """A collapse chunk whose lowest level is above ``max_ratio`` x its highest reference is
-    judged fine whole (``_could_collapse``): the same verdicts and references as computing
-    every ratio, in chunks of 60, on a calm series and one with drops of every depth; and most
-    calm chunks are ruled out."""
+    judged fine whole (``_could_collapse``, before any running reference is computed): the same
+    verdicts as computing every ratio, and the same reference and its step kept for the next
+    chunk (bit for bit), in chunks of 60, on a calm series and one with drops of every depth;
+    the references of the samples that trigger (the only ones a rule reads) are the same; and
+    most calm chunks are ruled out."""
     series = _calm_and_faulty(0.9, 0.03, (0.005, 1.0), len(params))
-    pairs, answers = _minutes_with_and_without("collapse", params, "_could_collapse", series, monkeypatch)
-    for got, want in pairs:
-        for attr in ("verdict", "ref", "ref_step"):
-            a, b = (np.concatenate([getattr(sc, attr) for sc in scans]) for scans in (got, want))
-            assert np.array_equal(a, b), (attr, np.flatnonzero(a != b)[:5])
+    pairs, answers, kept = _minutes_with_and_without("collapse", params, "_could_collapse", series, monkeypatch)
+    for (got, want), (got_kept, want_kept) in zip(pairs, kept):
+        assert got_kept == want_kept  # the state each chunk leaves, as saved
+        for g, w in zip(got, want):
+            assert np.array_equal(g.verdict, w.verdict), np.flatnonzero(g.verdict != w.verdict)[:5]
+            hit = w.verdict == 1
+            if hit.any():  # (a chunk ruled out has no reference to read: NaN, and no steps)
+                assert np.array_equal(g.ref[hit], w.ref[hit]) and np.array_equal(g.ref_step[hit], w.ref_step[hit])
     assert any((sc.verdict == 1).any() for sc in pairs[1][1]), "the drops must trigger, or the screen is not tested"
     assert answers[:50].count(False) >= 40, "a calm series' chunks are ruled out whole"
 

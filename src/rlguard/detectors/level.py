@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import median
-from .base import (SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail,
+from .base import (FINE, SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail,
                    register, rolling, tail_list)
 from .simple import compare
 
@@ -183,6 +183,10 @@ class Collapse(Rolling):
             if rw > 1 and first < rw - 1:  # partial windows at the start of the run: lower median
                 for j in range(min(n, rw - 1 - first)):
                     cand[j] = median(hist[: len(hist) - n + j + 1][-rw:])
+        if n:
+            screened = self._screened(chunk, level, cand, first)
+            if screened is not None:
+                return screened
         acc = np.maximum.accumulate(np.concatenate([[self.ref], cand]))
         run, before = acc[1:], acc[:-1]
         idx = np.where(cand > before, np.arange(n), -1)  # strictly new peaks
@@ -192,12 +196,6 @@ class Collapse(Rolling):
         ok = (pos >= p.min_history - 1) & (run > p.min_reference)
         if n:
             self.ref, self.ref_step = float(run[-1]), int(ref_step[-1])
-        if n and not self._could_collapse(float(upper.min()), float(run[-1])):
-            # no sample triggers, no ratio computed: every judged sample fine (no opinion where
-            # the calm tests ask, as they judge only samples that would trigger)
-            calm_asked = p.max_spread is not None or p.recent_ratio is not None
-            verdict = np.full(n, UNKNOWN, dtype=np.int8) if calm_asked else np.where(ok, 0, UNKNOWN).astype(np.int8)
-            return Scan(verdict, np.full(n, np.nan), run, ref_step.astype(np.int64), level=level)
         ratio = np.divide(upper, run, out=np.full(n, np.nan), where=run > 0)
         trig = ratio <= p.max_ratio
         if p.abs_below is not None:
@@ -209,6 +207,32 @@ class Collapse(Rolling):
             ok &= calm
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         return Scan(verdict, ratio, run, ref_step.astype(np.int64), level=level)
+
+    def _screened(self, chunk: Chunk, level: np.ndarray, cand: np.ndarray, first: int) -> Scan | None:
+        """:meth:`scan` of a chunk no sample of which can trigger, from its lowest level and its
+        highest reference alone (:meth:`_could_collapse`; None: one might, the full scan runs):
+        a healthy chunk's, without the running reference of every sample. What the scan keeps
+        is the same: the reference is the largest of the old one and the candidates, the first
+        of them on a tie (as the running maximum keeps it), and its step that of the first
+        candidate equal to it, if it beat the old one (the last strictly new peak). Verdicts as
+        the scan gives them (fine once ``min_history`` samples came and the reference passed
+        ``min_reference``); the ratio and the running reference, read only where a rule
+        fires, are NaN."""
+        p, n = self.p, len(level)
+        cands, old = cand.tolist(), self.ref
+        top = max([old] + cands)  # (Python's max keeps the first of equal values, as accumulate does)
+        if self._could_collapse(float(level.min()) + chunk.quantum / 2.0, top):
+            return None
+        if top > old:
+            self.ref_step = int(chunk.steps[cands.index(top)])
+        self.ref = top
+        nan = np.full(n, np.nan)
+        verdict = np.full(n, UNKNOWN, dtype=np.int8)
+        if p.max_spread is None and p.recent_ratio is None:  # (the calm tests judge only would-be triggers)
+            # judged from the sample where the running reference first exceeds min_reference
+            above = 0 if old > p.min_reference else next((j for j, c in enumerate(cands) if c > p.min_reference), n)
+            verdict[max(p.min_history - 1 - first, above, 0):] = FINE
+        return Scan(verdict, nan, nan.copy(), level=level)
 
     def _could_collapse(self, low: float, top: float) -> bool:
         """Whether any level of the chunk could be ``max_ratio`` of its reference, from the
