@@ -35,8 +35,9 @@ def upper_median(x: np.ndarray, axis: int = -1) -> np.ndarray:
 def median(x) -> float:
     """``float(np.median(x))`` of a 1-D array of floats, bit for bit, through one partition:
     numpy's median adds argument handling, a NaN check and a ``mean`` call that cost several
-    times the work on the short windows rules read. As numpy does, the partition also puts
-    the largest value last, so a NaN anywhere gives NaN."""
+    times the work on the short windows rules read (a short finite window: one sort of a plain
+    list, :func:`sorted_median`). As numpy does, the partition also puts the largest value
+    last, so a NaN anywhere gives NaN."""
     s = sorted_finite(x)
     if s is not None:
         return sorted_median(s)
