@@ -178,18 +178,14 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
             vals = np.concatenate([p[1] for p in plist])
             order = np.argsort(idx, kind="stable")
             idx, vals = idx[order], vals[order]
-        if not np.isnan(vals).any():  # no null to resolve (the common case: nothing else to compute)
-            if dense is not None and len(idx):
-                dense[name] = (dense.get(name, []) + (idx[-3:] + seq0).tolist())[-3:]
-        else:
-            before = None
-            if dense is not None:  # the metric's last real values before this chunk count as records before
-                held = dense.get(name)
-                before = np.asarray(held, dtype=np.int64) - seq0 if held else None
-                nonnull = idx[vals.view(np.uint64) != NULL_BITS][-3:] + seq0
-                if len(nonnull):
-                    dense[name] = ((held or []) + nonnull.tolist())[-3:]
-            idx, vals = _resolve_nulls(idx, vals, before)
+        nulls = bool(np.isnan(vals).any())  # (none, the common case: no mask, nothing to resolve)
+        held = dense.get(name) if dense is not None else None
+        if dense is not None:  # the metric's last real values before this chunk count as records before
+            nonnull = (idx[vals.view(np.uint64) != NULL_BITS] if nulls else idx)[-3:] + seq0
+            if len(nonnull):
+                dense[name] = ((held or []) + nonnull.tolist())[-3:]
+        if nulls:
+            idx, vals = _resolve_nulls(idx, vals, np.asarray(held, dtype=np.int64) - seq0 if held else None)
         if idx.size == 0:
             continue  # nothing logged yet: not a column of this chunk
         out.columns[name] = Column(idx + seq0, steps_all[idx], vals, lines_all[idx], q_out.get(name, 0.0))
