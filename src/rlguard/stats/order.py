@@ -119,11 +119,21 @@ def sorted_quantile(s: list[float], q: float) -> float:
     ``s``: numpy's own interpolation formula, from the far end past the middle, so the same
     number bit for bit, but for the sign of a zero (which of two equal zeros holds a rank is
     the sort's choice, and numpy's partition may choose the other)."""
-    pos = q * (len(s) - 1)
+    a, b, t = quantile_ranks(q, len(s))
+    return quantile_lerp(s[a], s[b], t)
+
+
+def quantile_ranks(q: float, n: int) -> tuple[int, int, float]:
+    """Where numpy's 'linear' quantile ``q`` of ``n`` sorted values lies: the ranks ``a`` and
+    ``b`` around it and the fraction ``t`` of the way from the one to the other."""
+    pos = q * (n - 1)
     a = int(math.floor(pos))
-    b = min(a + 1, len(s) - 1)
-    t = pos - a
-    va, vb = s[a], s[b]
+    return a, min(a + 1, n - 1), pos - a
+
+
+def quantile_lerp(va, vb, t: float):
+    """numpy's interpolation between the values of ranks ``a`` and ``b`` (floats or arrays of
+    them): from ``vb`` back past the middle, as numpy does, so the same bits."""
     diff = vb - va
     return vb - diff * (1 - t) if t >= 0.5 else va + diff * t
 
