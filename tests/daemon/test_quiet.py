@@ -77,6 +77,60 @@ def test_an_unwatched_metric_may_move_freely():
     assert s.why_not_quiet(_recs([{"loss": 0.0, "lr": 1e-6, "epoch": 99.0}]), lambda k: k != "epoch") is None
 
 
+def _reason(s, records, watched):
+    """The screen's checks as its docstring states them, each value in turn, asked afresh every
+    time (no range noted between calls): the reference the screen's shortcut must agree with."""
+    for rec in records:
+        for key, value in rec.metrics.items():
+            if key not in s._seen:
+                return f"{key}: new metric"
+            if not math.isfinite(value):
+                return f"{key}: non-finite value at step {rec.step}"
+            if not watched(key):
+                continue
+            band = s._bands.get(key)
+            if band is None:
+                return f"{key}: too little history for a band"
+            if not band[0] <= value <= band[1]:
+                return f"{key}: {value:g} at step {rec.step} outside [{band[0]:g}, {band[1]:g}]"
+    return None
+
+
+def test_the_noted_ranges_give_the_reasons_of_the_checks_asked_afresh():
+    """The screen notes each key's range at its first waiting value and lets a value inside pass
+    with one comparison. Over random ticks (new keys, unwatched keys, NaN, infinities, young
+    metrics, levels that jump between judgements and so move the bands) it says what the checks
+    asked afresh say, reason for reason."""
+    rng = random.Random(7)
+    watched = lambda k: k != "epoch"  # noqa: E731
+    pool = [0.0, 1.0, -1.0, math.nan, math.inf, -math.inf]
+    asked = 0
+    for trial in range(100):
+        s = QuietScreen(window=10, min_history=5)  # (short bands: they follow the jumps)
+        keys = ["loss", "reward", "epoch", "grad"][: rng.randint(1, 4)]
+        for tick in range(16):
+            level = rng.choice([0.0, 0.0, 3.0, -3.0])
+            recs = _recs([{k: rng.choice(pool) if rng.random() < 0.03 else level + rng.gauss(0, 1)
+                           for k in keys + (["new"] if rng.random() < 0.03 else []) if rng.random() < 0.9}
+                          for _ in range(rng.randint(1, 8))], 1 + 10 * tick)
+            if rng.random() < 0.4:
+                s.judged(recs, watched)
+                continue
+            for cut in range(1, len(recs) + 1):  # (the daemon asks again as records arrive: ranges noted)
+                asked += s.why_not_quiet(recs[:cut], watched) is None
+                assert s.why_not_quiet(recs[:cut], watched) == _reason(s, recs[:cut], watched), (trial, tick)
+    assert asked > 200  # (quiet ticks were asked: the noted ranges were used)
+
+
+def test_a_band_too_wide_for_a_float_still_turns_away_an_infinity():
+    """Values of +-1e308 give a band whose margin overflows to infinity; an infinite value is
+    still non-finite, not inside it."""
+    s = QuietScreen()
+    s.judged(_recs([{"loss": (-1) ** i * 1e308} for i in range(20)]), ALL)
+    assert s.why_not_quiet(_recs([{"loss": 0.0}]), ALL) is None  # (the range is noted)
+    assert s.why_not_quiet(_recs([{"loss": math.inf}], 2), ALL) == "loss: non-finite value at step 2"
+
+
 def test_a_steady_trend_stays_inside_the_band():
     """A decaying learning rate makes a new minimum at every step: the band's margin (half the
     last 100 values' range) covers the next 50 steps of the same slope."""

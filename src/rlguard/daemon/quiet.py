@@ -33,20 +33,21 @@ record per 10 s a run would otherwise be judged at every tick for its first 200 
 from __future__ import annotations
 
 import math
+import sys
 from array import array
 from typing import Callable, Iterable
 
 WINDOW = 100
 MARGIN = 0.5
 MIN_HISTORY = 10  # (20 until issue 23: a young run's every tick was judged for 20 records)
-_UNASKED, _NO_BAND = object(), (math.nan, math.nan)
+_ANY_FINITE = (-sys.float_info.max, sys.float_info.max)  # what a key no rule watches may take
 _finite = math.isfinite
 
 
 class QuietScreen:
     """Per run: the bands of its watched metrics, from the values already judged."""
 
-    __slots__ = ("window", "margin", "min_history", "_recent", "_bands", "_seen")
+    __slots__ = ("window", "margin", "min_history", "_recent", "_bands", "_seen", "_passes")
 
     def __init__(self, window: int = WINDOW, margin: float = MARGIN, min_history: int = MIN_HISTORY) -> None:
         self.window, self.margin, self.min_history = window, margin, min_history
@@ -54,6 +55,11 @@ class QuietScreen:
         # (float64s in an array: 8 bytes a value, where a deque of floats holds 32)
         self._bands: dict[str, tuple[float, float]] = {}  # raw key -> (lo, hi), once it has history
         self._seen: set[str] = set()  # every raw key judged so far
+        # raw key -> the closed range a waiting value of it may take (its band; every finite
+        # number for a key no rule watches), worked out at its first waiting value after the
+        # last judgement (bands and keys change only then): a value inside passes with one
+        # lookup and one comparison; any other takes the long way, which says why
+        self._passes: dict[str, tuple[float, float]] = {}
 
     def judged(self, records: list, watched: Callable[[str], bool]) -> None:
         """Records the watchdog has just judged: their values enter the bands."""
@@ -62,6 +68,7 @@ class QuietScreen:
         for m in metrics:
             keys.update(m)
         self._seen.update(keys)
+        self._passes.clear()
         for key in keys:
             if not watched(key):
                 continue
@@ -86,23 +93,34 @@ class QuietScreen:
 
     def why_not_quiet(self, records: Iterable, watched: Callable[[str], bool]) -> str | None:
         """None when every waiting record is quiet, else the first reason it is not."""
-        bands, seen = self._bands, self._seen
-        asked: dict[str, tuple[float, float] | None] = {}  # key -> its band (None: not watched)
+        passes = self._passes
         for rec in records:
             for key, value in rec.metrics.items():
-                band = asked.get(key, _UNASKED)
-                if band is _UNASKED:
-                    if key not in seen:
-                        return f"{key}: new metric"
-                    band = asked[key] = bands.get(key, _NO_BAND) if watched(key) else None
-                if not _finite(value):
-                    return f"{key}: non-finite value at step {rec.step}"
-                if band is None:
+                lo_hi = passes.get(key)
+                if lo_hi is not None and lo_hi[0] <= value <= lo_hi[1]:  # (a NaN fails both)
                     continue
-                if band is _NO_BAND:
-                    return f"{key}: too little history for a band"
-                if not band[0] <= value <= band[1]:
-                    return f"{key}: {value:g} at step {rec.step} outside [{band[0]:g}, {band[1]:g}]"
+                why = self._why_not(key, value, rec.step, watched)
+                if why is not None:
+                    return why
+        return None
+
+    def _why_not(self, key: str, value: float, step: int, watched: Callable[[str], bool]) -> str | None:
+        """Why this waiting value is not quiet (None: it is), in the order the checks go: a new
+        metric, a non-finite value, a watched metric without a band, a value outside its band.
+        Notes the range of a key that can pass (``_passes``)."""
+        if key not in self._seen:
+            return f"{key}: new metric"
+        if not _finite(value):
+            return f"{key}: non-finite value at step {step}"
+        if not watched(key):
+            self._passes[key] = _ANY_FINITE
+            return None
+        band = self._bands.get(key)
+        if band is None:
+            return f"{key}: too little history for a band"
+        self._passes[key] = (max(band[0], _ANY_FINITE[0]), min(band[1], _ANY_FINITE[1]))  # (a band of 1e308s: inf)
+        if not band[0] <= value <= band[1]:
+            return f"{key}: {value:g} at step {step} outside [{band[0]:g}, {band[1]:g}]"
         return None
 
 
