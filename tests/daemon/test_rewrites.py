@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import random
 
 import pytest
 
 from rlguard.daemon.tail import FileTail
+from rlguard.errors import LogFormatError
+from rlguard.sources.base import Reader
+from rlguard.sources.jsonl import JsonlReader
 from rlguard.sources import open_reader
 
 
@@ -179,6 +183,57 @@ def test_reading_in_pieces_equals_reading_whole(tmp_path, fmt, text):
             got += [(r.step, r.metrics, r.line) for r in piece.records]
             offset, unit, ctx = offset + piece.consumed, unit + piece.units, piece.context
         assert got == whole, cut
+
+
+def _appended(reader, read, data, path, unit):
+    """What ``read`` (a read_appended) makes of a piece: its fields, or the error it raises."""
+    try:
+        got = read(reader, data, path, unit, {})
+    except LogFormatError as exc:
+        return ("error", str(exc), exc.line)
+    st = reader.stats
+    first_bad = st.first_bad_line
+    if first_bad is not None and read is Reader.read_appended:
+        first_bad += unit - 1  # (the generic reading counts its stats' lines in the piece)
+    return ([(r.step, r.metrics, r.line) for r in got.records], got.consumed, got.units, got.bad, got.context,
+            st.bad_lines, st.bad_values, st.skipped_lines, first_bad, st.first_bad_reason)
+
+
+def test_jsonl_pieces_read_in_memory_are_the_generic_reading():
+    """The JSON-lines reader parses a piece in one call of its hot loop; the generic
+    ``Reader.read_appended`` (a file-like piece through ``records``) is the reference: the same
+    records, byte and line counts, bad counts and errors, for pieces of every kind (NaN tokens,
+    null, strings, blank, invalid, nested, stepless, cut lines) numbered from anywhere in a file."""
+    rng = random.Random(3)
+    kinds = [line(1, loss=0.5), line(2, loss=float("nan")), '{"step": 3, "loss": NaN, "kl": null}\n',
+             '{"step": 4, "loss": "0.25", "tag": "x"}\n', "\n", "not json\n", '{"loss": 1.5}\n',
+             '{"step": -1, "loss": 1.0}\n', '[1, 2]\n', '{"step": 5, "a": {"b": [1]}}\n', '{"step": 6, "loss": 1',
+             '\ufeff{"step": 7, "loss": 2.0}\n', '{"step": 8.0, "loss": 3.0}\n', " \n"]
+    checked = errors = 0
+    for _ in range(400):
+        data = "".join(rng.choice(kinds) for _ in range(rng.randint(1, 6))).encode()
+        unit = rng.choice([1, 2, 101, 5000])
+        fast = _appended(JsonlReader(), JsonlReader.read_appended, data, "/runs/a/metrics.jsonl", unit)
+        generic = _appended(JsonlReader(), Reader.read_appended, data, "/runs/a/metrics.jsonl", unit)
+        assert fast == generic, data
+        checked += 1
+        errors += fast[0] == "error"
+    assert errors > 10 and checked - errors > 100
+
+
+@pytest.mark.parametrize("fmt,header", [("jsonl", ""), ("csv", "step,loss\n")])
+def test_an_appended_piece_with_no_usable_line_names_its_line_in_the_file(tmp_path, fmt, header):
+    """A log that gains only a bad line: the error names that line of the file (line 101 after
+    100 good ones), not its place in the piece read."""
+    p = tmp_path / f"metrics.{fmt}"
+    good = "".join((line(s, loss=1.0) if fmt == "jsonl" else f"{s},1.0\n") for s in range(1, 101))
+    p.write_text(header + good)
+    t = FileTail(str(p))
+    assert len(t.poll().records) == 100
+    with open(p, "a") as f:
+        f.write("not json\n" if fmt == "jsonl" else "x,y,z,w\n")
+    err = t.poll().error
+    assert err is not None and f"metrics.{fmt}:{101 + bool(header)}:" in err, err
 
 
 def test_last_record_fingerprint_is_of_the_record_as_read(tmp_path):

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterator
 
+from ..errors import LogFormatError
+
 
 #: ``null`` in a JSON log: NaN to a writer that cannot spell NaN, "not logged at this step" to a
 #: W&B-style export. Readers store it as this NaN (a distinct payload, bit-exact through numpy);
@@ -131,8 +133,13 @@ class Reader(ABC):
             return Appended([], 0, 0, 0, context)
         chunk = data[: end + 1]
         self.resume(context)
-        records = list(self.records(MemoryLog(chunk, path)))
         shift = first_unit - 1
+        try:
+            records = list(self.records(MemoryLog(chunk, path)))
+        except LogFormatError as exc:  # numbered in the piece: the file's line is named
+            if not (exc.line and shift):
+                raise
+            raise LogFormatError(exc.message, path=exc.path, line=exc.line + shift, field=exc.field) from None
         if shift:
             for rec in records:
                 rec.line += shift
