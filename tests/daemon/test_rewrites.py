@@ -236,6 +236,34 @@ def test_an_appended_piece_with_no_usable_line_names_its_line_in_the_file(tmp_pa
     assert err is not None and f"metrics.{fmt}:{101 + bool(header)}:" in err, err
 
 
+def test_a_short_read_is_read_on_to_what_the_stat_promised(tmp_path, monkeypatch):
+    """The tail reads a log with ``os.pread`` at its offset; a read may return fewer bytes than
+    asked before the end of the file (a network file system). No local file system does that,
+    so ``os.pread`` is wrapped here to give at most 7 bytes a call (a simulated short read, the
+    file real): the tail still reads every record at once, and reads the end just once."""
+    from rlguard.daemon.tailstate import ANCHOR
+    from rlguard.sources import _common
+
+    p = tmp_path / "metrics.jsonl"
+    p.write_text(rows(1, 30))
+    calls = []
+    real = os.pread
+
+    def short_pread(fd, n, offset):
+        calls.append(n)
+        return real(fd, min(n, 7), offset)
+
+    monkeypatch.setattr(_common.os, "pread", short_pread)
+    t = FileTail(str(p))
+    assert steps(t.poll()) == list(range(1, 30))  # (the first read: the whole file at once)
+    with open(p, "a") as f:
+        f.write(rows(30, 40))
+    calls.clear()
+    assert steps(t.poll()) == list(range(30, 40))
+    gained = len(rows(30, 40)) + min(len(rows(1, 30)), ANCHOR)  # (the bytes before the offset are checked too)
+    assert len(calls) == -(-gained // 7)  # (no read past what the stat promised)
+
+
 def test_last_record_fingerprint_is_of_the_record_as_read(tmp_path):
     """The tail fingerprints the last record when its state is saved (not at every poll): what
     the run monitor does to the records afterwards (dropping metric names over its cap) must not

@@ -33,7 +33,7 @@ import time
 from dataclasses import fields
 
 from ..errors import LogFormatError
-from ..sources import detect_format, open_reader, open_regular
+from ..sources import detect_format, open_reader, open_regular, read_at, regular_fd
 from ..sources.base import LogRecord, Reader
 from ..sources.layout import is_location
 from .rotated import GZIP_MAGIC, drain_rotated, read_predecessors
@@ -154,8 +154,11 @@ class FileTail:
             out.records = self._release_if_settled(reader, info, out)
             return
         drained = self._catch_up(reader, info, out)
-        with open_regular(self.state.path) as f:  # swapped for a FIFO since the stat: refused, never blocks
-            k, data, rotated = self._read_checked(f, reader, info, out)
+        fd = regular_fd(self.state.path)  # swapped for a FIFO since the stat: refused, never blocks
+        try:
+            k, data, rotated = self._read_checked(fd, reader, info, out)
+        finally:
+            os.close(fd)
         drained = rotated if rotated is not None else drained
         st = self.state
         st.inode, st.size, st.mtime, st.missing = info.st_ino, info.st_size, info.st_mtime_ns, False
@@ -187,7 +190,7 @@ class FileTail:
             self._restart(info.st_ino)
         return drained
 
-    def _read_checked(self, f, reader: Reader, info: os.stat_result,
+    def _read_checked(self, fd: int, reader: Reader, info: os.stat_result,
                       out: Poll) -> tuple[int, bytes, list[LogRecord] | None]:
         """The ``k`` bytes before the offset and what follows (one slice), after checking that
         the bytes already read are still there; else the log is read from the top, with the
@@ -195,20 +198,19 @@ class FileTail:
         st = self.state
         drained = None
         k = min(st.offset, ANCHOR)
-        if k and st.inode is not None and info.st_ino != st.inode and content_hash(f.read(k)) != st.head:
+        if k and st.inode is not None and info.st_ino != st.inode \
+                and content_hash(read_at(fd, k, 0, info.st_size)) != st.head:
             out.events.append("rotated")
             drained = drain_rotated(self, reader, out)
             self._restart(info.st_ino)
             st, k = self.state, 0
-        f.seek(st.offset - k)
-        data = f.read(k + self._want(info.st_size - st.offset))
+        data = read_at(fd, k + self._want(info.st_size - st.offset), st.offset - k, info.st_size)
         if k and content_hash(data[:k]) != st.anchor:
             out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
             drained = drain_rotated(self, reader, out, copied=info.st_ino == st.inode)
             self._restart(info.st_ino)
             k = 0
-            f.seek(0)
-            data = f.read(self._want(info.st_size))
+            data = read_at(fd, self._want(info.st_size), 0, info.st_size)
         elif k and info.st_ino != st.inode:
             out.events.append("replaced by a longer copy; continuing")
         return k, data, drained

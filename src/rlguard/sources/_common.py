@@ -48,6 +48,19 @@ def open_binary(path: str) -> IO[bytes]:
 def open_regular(path: str) -> IO[bytes]:
     """Open a regular file for binary reading; anything else (a FIFO, a socket, a device, a
     directory) is refused before a read could block for ever: LogFormatError naming it."""
+    fd = regular_fd(path)
+    try:
+        os.set_blocking(fd, True)
+        return open(fd, "rb")  # noqa: SIM115 - returned to the caller
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def regular_fd(path: str) -> int:
+    """:func:`open_regular`'s descriptor, for a reader that takes bytes at offsets
+    (:func:`read_at`) and closes it: no file object (the daemon's tail opens a file per run
+    per poll). It stays non-blocking, which a regular file's reads ignore."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
@@ -56,11 +69,27 @@ def open_regular(path: str) -> IO[bytes]:
                     else "a socket" if stat.S_ISSOCK(mode) else "a device")
             raise LogFormatError(f"{what}, not a regular file: not read (save the log to a file first)",
                                  path=str(path))
-        os.set_blocking(fd, True)
-        return open(fd, "rb")  # noqa: SIM115 - returned to the caller
+        return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def read_at(fd: int, size: int, offset: int, end: int) -> bytes:
+    """Up to ``size`` bytes from ``offset``; at least those before ``end`` (the size a stat
+    gave) unless the file shrank: a short read is read on (a network file system may give one)."""
+    data = os.pread(fd, size, offset)
+    want = min(size, end - offset)
+    if len(data) >= want or not data:
+        return data
+    parts, got = [data], len(data)
+    while got < want:
+        more = os.pread(fd, size - got, offset + got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 #: a gzip log may inflate to GZIP_RATIO times its size (text logs compress 5-20x), at least
