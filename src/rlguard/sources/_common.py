@@ -50,7 +50,6 @@ def open_regular(path: str) -> IO[bytes]:
     directory) is refused before a read could block for ever: LogFormatError naming it."""
     fd = regular_fd(path)
     try:
-        os.set_blocking(fd, True)
         return open(fd, "rb")  # noqa: SIM115 - returned to the caller
     except BaseException:
         os.close(fd)
@@ -60,7 +59,8 @@ def open_regular(path: str) -> IO[bytes]:
 def regular_fd(path: str) -> int:
     """:func:`open_regular`'s descriptor, for a reader that takes bytes at offsets
     (:func:`read_at`) and closes it: no file object (the daemon's tail opens a file per run
-    per poll). It stays non-blocking, which a regular file's reads ignore."""
+    per poll). Opened non-blocking (a FIFO's open would block), then made blocking again: a
+    file system that honours the flag on a regular file must not fail a read with EAGAIN."""
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
         mode = os.fstat(fd).st_mode
@@ -69,6 +69,7 @@ def regular_fd(path: str) -> int:
                     else "a socket" if stat.S_ISSOCK(mode) else "a device")
             raise LogFormatError(f"{what}, not a regular file: not read (save the log to a file first)",
                                  path=str(path))
+        os.set_blocking(fd, True)
         return fd
     except BaseException:
         os.close(fd)
