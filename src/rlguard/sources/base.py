@@ -127,12 +127,21 @@ class Reader(ABC):
 
     def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
         """Records in the complete lines at the start of ``data`` (bytes a log gained), numbered
-        from ``first_unit``. Line formats use this default; framed formats override it."""
+        from ``first_unit``. Line formats use this default (the lines parsed by
+        :meth:`parse_piece`); framed formats override it."""
         end = data.rfind(b"\n")
         if end < 0:
             return Appended([], 0, 0, 0, context)
         chunk = data[: end + 1]
         self.resume(context)
+        records = self.parse_piece(chunk, path, first_unit)
+        return Appended(records, len(chunk), chunk.count(b"\n"), self.stats.bad_lines + self.stats.bad_values,
+                        self.context())
+
+    def parse_piece(self, chunk: bytes, path: str, first_unit: int) -> list[LogRecord]:
+        """The records of ``chunk`` (complete lines), numbered in the file from ``first_unit``,
+        counted in ``self.stats``; an error names the file's line. This default reads the piece
+        as a file through :meth:`records` and renumbers; a reader may parse it faster."""
         shift = first_unit - 1
         try:
             records = list(self.records(MemoryLog(chunk, path)))
@@ -143,8 +152,7 @@ class Reader(ABC):
         if shift:
             for rec in records:
                 rec.line += shift
-        return Appended(records, len(chunk), chunk.count(b"\n"), self.stats.bad_lines + self.stats.bad_values,
-                        self.context())
+        return records
 
     def release(self, context: dict) -> tuple[list[LogRecord], dict]:
         """The record a follower was holding back in ``context`` (a step whose metrics may still

@@ -27,7 +27,7 @@ import json
 from itertools import islice
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
-from .base import MAX_STEP, NULL_NAN, Appended, LogRecord, ReadStats, Reader
+from .base import MAX_STEP, NULL_NAN, LogRecord, ReadStats, Reader
 from .block import block_of
 from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, note_bad, open_binary, reading, short, to_step,
                       too_deep)
@@ -124,22 +124,18 @@ class JsonlReader(Reader):
         for batch in self.batches(path):
             yield from batch
 
-    def read_appended(self, data: bytes, path: str, first_unit: int, context: dict) -> Appended:
-        """:meth:`Reader.read_appended`'s records, counts and errors, the lines numbered in the
-        file from the start: the hot loop runs once on the bytes in memory, without the file
-        object, context manager and generators a whole read needs (a daemon reads a piece per
-        run per poll; they were most of the cost of a one-line piece)."""
-        end = data.rfind(b"\n")
-        if end < 0:
-            return Appended([], 0, 0, 0, context)
-        chunk = data[: end + 1]
+    def parse_piece(self, chunk: bytes, path: str, first_unit: int) -> list[LogRecord]:
+        """:meth:`Reader.parse_piece`'s records, counts and errors, the lines numbered in the file
+        from the start: the hot loop runs once on the bytes in memory, without the file object,
+        context manager and generators a whole read needs (a daemon reads a piece per run per
+        poll; they were most of the cost of a one-line piece)."""
         self.stats = stats = ReadStats()
         records: list[LogRecord] = []
         for batch in _scan(io.BytesIO(chunk), stats, _PIECE, None, first_unit - 1):
             records += batch
         if stats.records == 0 and stats.bad_lines:
             raise no_record_error(path, stats, "a JSON object")
-        return Appended(records, len(chunk), chunk.count(b"\n"), stats.bad_lines + stats.bad_values, {})
+        return records
 
     def batches(self, path: str, size: int = 50_000, columnar: bool = False) -> Iterator[Sequence[LogRecord]]:
         """Lists of records, built without a generator step per line (the hot path).
