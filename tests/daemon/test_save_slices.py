@@ -134,3 +134,52 @@ def test_the_handoff_share_is_published_slice_by_slice_with_the_lock_let_go_betw
     d.save()
     assert len(d.fleet.dirty) == RUNS - 3  # the first slice written, the rest wait
     assert "handoff" in d.problems
+
+
+def test_a_run_saved_at_its_first_read_is_not_written_again_by_the_next_save(tmp_path):
+    """A first pass saves every run it read at once; the periodic save after it wrote them all
+    again (10,000 states, seconds of CPU while polls waited). A run saved at once is saved as it
+    is (not ``changed``), waits for its turn in the handoff dir as a periodically saved run does,
+    and the periodic save writes only what changed since."""
+    for i in range(RUNS):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
+                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=60.0,
+                       handoff_lease=120.0)
+    d = Daemon(cfg, clock=lambda: 1000.0)
+    d.poll()
+    assert len(d.store.load()) == RUNS and not any(m.changed or m.never_saved for m in d.runs.values())
+    assert sorted(d.fleet.dirty) == sorted(d.runs)  # each waits for its publication
+    written: list[str] = []
+    write = d.save_rows
+    d.save_rows = lambda rows: write([written.append(r[0]) or r for r in rows])
+    d.save()
+    assert written == []
+    append(tmp_path / "runs" / "r3" / "metrics.jsonl", healthy(6, 2))
+    d.poll()
+    d.save()
+    assert written == [str(tmp_path / "runs" / "r3" / "metrics.jsonl")]
+    assert d.store.load()[written[0]]["tail"]["count"] == 7
+
+
+def test_the_handoff_shares_count_from_the_end_of_the_first_pass(tmp_path):
+    """The first pass judges every run's history (a minute or more at 10,000 runs). Counted from the
+    start, the first save after it found most of a handoff interval gone and published most runs at
+    once (8,300 of 10,000: a 20 s poll pass, the NaNs it read waiting as long); counted from the end
+    of the first pass, it publishes the share of the time since."""
+    for i in range(8):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
+    clock = [1000.0]
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
+                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=120.0,
+                       handoff_lease=120.0)
+    d = Daemon(cfg, clock=lambda: clock[0])
+    clock[0] = 1100.0  # the first pass ends 100 s after the start
+    d.poll()
+    clock[0] = 1130.0  # the first save, 30 s later: a quarter of the interval
+    d.save()
+    published = [k for k in d.runs if d.fleet.store.read(k) is not None]
+    assert len(published) == 2 and len(d.fleet.dirty) == 6
+    clock[0] = 1250.0  # a whole interval since the last share: every run
+    d.save()
+    assert all(d.fleet.store.read(k) is not None for k in d.runs) and not d.fleet.dirty

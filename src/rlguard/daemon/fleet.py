@@ -217,7 +217,7 @@ class Fleet:
         """The heartbeat, and the runs whose turn it is (see :meth:`periodic`)."""
         if self.store is None or self.released:
             return [], []
-        self.dirty.update(dict.fromkeys(changed))  # (a run already waiting keeps its place)
+        self.note_changed(changed)
         out: Changes = []
         try:
             self.store.heartbeat(now)
@@ -230,6 +230,19 @@ class Fleet:
             return out, []
         share = len(self.dirty) if gap >= self.interval else math.ceil(len(self.dirty) * gap / self.interval)
         return out, list(islice(self.dirty, share))
+
+    def note_changed(self, keys: Iterable[str]) -> None:
+        """Runs saved since their last publication: each waits for a share (a run already
+        waiting keeps its place). Under the daemon's lock."""
+        if self.store is not None and not self.released:
+            self.dirty.update(dict.fromkeys(keys))
+
+    def first_pass_done(self, now: float) -> None:
+        """The daemon's first pass judged every run's history (a minute or more at 10,000
+        runs): the shares are counted from now. Counted from the start, the first save after
+        that pass published most runs at once (8,300 of 10,000, with the save of them all: a
+        pass of ~20 s, and the NaNs it read waited as long)."""
+        self._last_slice = now
 
     def release(self, runs: Mapping[str, RunMonitor], names: Mapping[str, str]) -> Changes:
         """Stopping cleanly: publish every run, then say this shard let go of them."""

@@ -218,14 +218,16 @@ class Daemon:
         self.budget.finish(time.perf_counter() - started)
 
     def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
-        """The end of a poll. A run that alerted is saved at once, so a crash right after does not
-        replay it (others wait for the periodic save: a replay is harmless, notifications keyed, stop
-        requests idempotent; Outgoing.held is not saved). A run read for the first time too: a restart finding no state
-        would read a log rotated meanwhile from mid-run ("at start" false alarms, steps never judged)."""
-        self._save_slices(urgent, lambda m: setattr(m, "never_saved", False))
+        """The end of a poll. A run that alerted is saved at once, so a crash right after does not replay it (others
+        wait for the periodic save: a replay is harmless, notifications keyed, stop requests idempotent; Outgoing.held
+        is not saved). A run read for the first time too: a restart finding no state would read a log rotated
+        meanwhile from mid-run ("at start" false alarms, steps never judged)."""
+        self._save_slices(urgent)
         with self.lock:  # before any message queued in this pass may leave
             self._record(self.fleet.publish_queued(self.runs, self.names))
             self.last_poll = now
+            if not self.budget.passes:  # the first pass: the handoff's shares count from its end
+                self.fleet.first_pass_done(self.clock())
 
     def stall(self) -> None:
         with self.lock:
@@ -247,11 +249,9 @@ class Daemon:
                 self.saved.update({k: v for k, v in loaded.items() if k not in self.runs})
             self._record(startup.rewrite(self.problems, self.cfg.state_dir, self.control_token, self._address))
             changed = [m for m in self.runs.values() if m.changed]
-        # (a run that changes after its slice was written stays changed: the next save)
-        saved = self._save_slices(changed, lambda m: setattr(m, "changed", False))
-        if saved is None:
+        if not self._save_slices(changed):  # (a run that changes after its slice was written stays changed)
             return  # not written: the runs stay "changed" and are saved at the next try
-        changes = self.fleet.periodic(self.runs, self.clock(), [m.path for m in saved], self.lock, SAVE_SLICE)
+        changes = self.fleet.periodic(self.runs, self.clock(), (), self.lock, SAVE_SLICE)
         with self.lock:
             self._record(changes)
             if self.dispatcher is not None:
@@ -262,20 +262,20 @@ class Daemon:
                 else:
                     self._problem("notifications", None)
 
-    def _save_slices(self, mons: list[RunMonitor], mark: Callable[[RunMonitor], None]) -> list[RunMonitor] | None:
+    def _save_slices(self, mons: list[RunMonitor]) -> bool:
         """Write ``mons`` (not those unwatched since, or with alerts held: Outgoing.held) a slice
-        at a time, the lock let go between slices, and ``mark`` each: those written, or None."""
-        done: list[RunMonitor] = []
+        at a time, the lock let go between; False: not written. A run written is no longer ``changed`` (the
+        periodic save wrote a first pass's 10,000 runs once more) and waits its turn in the handoff dir."""
         for i in range(0, len(mons), SAVE_SLICE):
             with self.lock:
                 held = self.outgoing.held()
                 part = [m for m in mons[i:i + SAVE_SLICE] if m.run not in held and self.runs.get(m.path) is m]
                 if not self.save_rows(m.saved() for m in part):  # (a generator: one state built at a time)
-                    return None
+                    return False
                 for m in part:
-                    mark(m)
-                done += part
-        return done
+                    m.never_saved = m.changed = False
+                self.fleet.note_changed(m.path for m in part)
+        return True
 
     def save_rows(self, rows: Iterable[Row]) -> bool:
         saved, changes = self.store.save_rows(rows)
