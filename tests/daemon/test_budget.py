@@ -137,3 +137,34 @@ def test_the_poll_job_runs_passes_back_to_back_while_runs_wait():
     closing.clear()
     b.drain(lambda: (passes.append(1), setattr(b, "waiting", 1)), closing, longest=0.0)
     assert len(passes) == 1  # past its time: back to the scheduler
+
+
+def test_each_run_falls_due_from_its_own_evaluation_not_from_the_start_of_the_pass(tmp_path):
+    """A first pass of 10,000 runs lasts a minute. Timed from the start of the pass, every run's
+    evaluation was as old as the pass after it, and every quiet run fell due again at once (8,000
+    runs waiting, the daemon's core spent on them for 90 s). Each run is timed when it is read,
+    so the runs fall due again as they were judged, spread over the pass."""
+    write_runs(tmp_path, 1, 12)
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=10,
+                       quiet_interval=60)
+    clock: dict = {"fixed": 1000.0, "d": None}
+
+    def now() -> float:  # each evaluation of the first pass takes 10 s
+        if clock["fixed"] is not None:
+            return clock["fixed"]
+        return 1000.0 + 10.0 * sum(evaluations(clock["d"]).values())
+
+    d = clock["d"] = Daemon(cfg, clock=now)
+    clock["fixed"] = None
+    d._notify = lambda alerts: None
+    d.poll()
+    order = [mon.run for mon in d.runs.values()]
+    assert [d.runs[k].last_eval for k in d.names.values()] == [1000.0 + 10.0 * i for i in range(RUNS)]
+    clock["fixed"] = 1065.0  # a record each, inside every band (quiet): due once 60 s went by
+    for i in range(RUNS):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(13, 1))
+    d.poll()
+    assert [evaluations(d)[r] for r in order] == [2, 1, 1, 1, 1, 1]
+    clock["fixed"] = 1095.0
+    d.poll()
+    assert [evaluations(d)[r] for r in order] == [2, 2, 2, 2, 1, 1]

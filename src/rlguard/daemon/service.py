@@ -193,7 +193,7 @@ class Daemon:
                 if self.fleet.released:  # stopping: its runs are other shards' now (see Fleet.released)
                     break
                 try:
-                    alerts, decisions, events = self.budget.poll(key, mon, now, self.cfg.eval_interval,
+                    alerts, decisions, events = self.budget.poll(key, mon, self.clock(), self.cfg.eval_interval,
                                                                  self.cfg.quiet_interval)
                 except Exception as exc:  # noqa: BLE001 - one run must never blind the others
                     mon.failed(exc)
