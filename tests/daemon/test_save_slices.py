@@ -9,7 +9,7 @@ import threading
 
 from daemon_helpers import append, healthy
 
-from rlguard.daemon import service
+from rlguard.daemon import saving
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
 
@@ -39,7 +39,7 @@ class CountingLock:
 
 
 def test_the_save_goes_slice_by_slice_with_the_lock_let_go_between(tmp_path, monkeypatch):
-    monkeypatch.setattr(service, "SAVE_SLICE", 3)
+    monkeypatch.setattr(saving, "SAVE_SLICE", 3)
     for i in range(RUNS):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
     cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0)
@@ -76,7 +76,7 @@ def test_the_save_goes_slice_by_slice_with_the_lock_let_go_between(tmp_path, mon
 def test_the_first_reads_of_a_pass_are_saved_in_slices_too(tmp_path, monkeypatch):
     """A daemon's first pass reads every run for the first time and saves each at once (a
     restart must find its stream): that save goes slice by slice as well."""
-    monkeypatch.setattr(service, "SAVE_SLICE", 3)
+    monkeypatch.setattr(saving, "SAVE_SLICE", 3)
     for i in range(RUNS):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
     cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0)
@@ -101,7 +101,7 @@ def test_the_handoff_share_is_published_slice_by_slice_with_the_lock_let_go_betw
     time too (a 10,000-run daemon's share, 2,500 runs, held the lock ~2 s in one go): each slice
     under the lock, let go between; every run published; a slice that cannot be written stops
     the share, and the runs not written stay waiting for the next save."""
-    monkeypatch.setattr(service, "SAVE_SLICE", 3)
+    monkeypatch.setattr(saving, "SAVE_SLICE", 3)
     for i in range(RUNS):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
     clock = [1000.0]

@@ -30,7 +30,7 @@ from ..errors import RLGuardError
 from ..ruleplan import RulePlan
 from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
-from . import control, lifecycle, startup
+from . import control, lifecycle, saving, startup
 from .actions import stop_run
 from .budget import EvalBudget
 from .config import DaemonConfig
@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from ..notify.dispatcher import Dispatcher, FlushCounts
 
 log = logging.getLogger("rlguard.daemon")
-SAVE_SLICE = 250  # runs saved under one hold of the lock (~0.25 s: 5,000 at once held it ~5 s)
 
 
 class Daemon:
@@ -83,7 +82,7 @@ class Daemon:
         self.last_poll = 0.0
         self.reloads = 0
         self.control_token: str | None = None  # set when the HTTP surface starts (run_forever)
-        self._address: tuple[str, int] | None = None  # where it listens, once it does
+        self.address: tuple[str, int] | None = None  # where it listens, once it does
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
@@ -214,20 +213,8 @@ class Daemon:
                 if alerts or (mon.never_saved and mon.tail_saved.get("count")):
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
-        self._save_urgent(urgent, now)
+        saving.save_urgent(self, urgent, now)
         self.budget.finish(time.perf_counter() - started)
-
-    def _save_urgent(self, urgent: list[RunMonitor], now: float) -> None:
-        """The end of a poll. A run that alerted is saved at once, so a crash right after does not replay it (others
-        wait for the periodic save: a replay is harmless, notifications keyed, stop requests idempotent; Outgoing.held
-        is not saved). A run read for the first time too: a restart finding no state would read a log rotated
-        meanwhile from mid-run ("at start" false alarms, steps never judged)."""
-        self._save_slices(urgent)
-        with self.lock:  # before any message queued in this pass may leave
-            self._record(self.fleet.publish_queued(self.runs, self.names))
-            self.last_poll = now
-            if not self.budget.passes:  # the first pass: the handoff's shares count from its end
-                self.fleet.first_pass_done(self.clock())
 
     def stall(self) -> None:
         with self.lock:
@@ -239,43 +226,8 @@ class Daemon:
                     lifecycle.retire(self, key, why)
             self._record(self.fleet.publish_queued(self.runs, self.names))
 
-    def save(self) -> None:
-        with self.lock:
-            if self.store.db is None:
-                loaded, changes = self.store.retry_open()
-                self._record(changes)
-                if loaded is None:
-                    return
-                self.saved.update({k: v for k, v in loaded.items() if k not in self.runs})
-            self._record(startup.rewrite(self.problems, self.cfg.state_dir, self.control_token, self._address))
-            changed = [m for m in self.runs.values() if m.changed]
-        if not self._save_slices(changed):  # (a run that changes after its slice was written stays changed)
-            return  # not written: the runs stay "changed" and are saved at the next try
-        changes = self.fleet.periodic(self.runs, self.clock(), (), self.lock, SAVE_SLICE)
-        with self.lock:
-            self._record(changes)
-            if self.dispatcher is not None:
-                try:
-                    self.dispatcher.save_state()
-                except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watch
-                    self._problem("notifications", f"notification state not writable: {exc}")
-                else:
-                    self._problem("notifications", None)
-
-    def _save_slices(self, mons: list[RunMonitor]) -> bool:
-        """Write ``mons`` (not those unwatched since, or with alerts held: Outgoing.held) a slice
-        at a time, the lock let go between; False: not written. A run written is no longer ``changed`` (the
-        periodic save wrote a first pass's 10,000 runs once more) and waits its turn in the handoff dir."""
-        for i in range(0, len(mons), SAVE_SLICE):
-            with self.lock:
-                held = self.outgoing.held()
-                part = [m for m in mons[i:i + SAVE_SLICE] if m.run not in held and self.runs.get(m.path) is m]
-                if not self.save_rows(m.saved() for m in part):  # (a generator: one state built at a time)
-                    return False
-                for m in part:
-                    m.never_saved = m.changed = False
-                self.fleet.note_changed(m.path for m in part)
-        return True
+    def save(self, paced: bool = True) -> None:
+        saving.save(self, paced)
 
     def save_rows(self, rows: Iterable[Row]) -> bool:
         saved, changes = self.store.save_rows(rows)
@@ -373,7 +325,7 @@ class Daemon:
             raise RLGuardError(f"cannot listen on {self.cfg.listen}: {exc.strerror or exc} (another daemon? "
                                "choose another --listen HOST:PORT)") from None
         host, port = server.server_address[:2]
-        self._address = (host, port)
+        self.address = (host, port)
         self._record(startup.record_address(self.cfg.state_dir, host, port))
         self.poll()  # discovers first
         sched.start()
@@ -387,7 +339,7 @@ class Daemon:
         sched.shutdown(wait=False)
         if self.lock.acquire(timeout=10):  # a job still running (a stuck read) must not hold the exit
             self.lock.release()
-            self.save()
+            self.save(paced=False)
             with self.lock:
                 self._record(self.fleet.release(self.runs, self.names))  # other shards may take its runs now
             self.notify()

@@ -1,0 +1,43 @@
+"""How a background job shares the interpreter with the poll pass.
+
+A periodic save of thousands of runs costs seconds of CPU (each run's state built and encoded
+under the daemon's lock, 250 runs a hold), and so does the handoff share published after it.
+Run flat out, the save took half the interpreter from the poll thread (CPython hands the GIL
+over every 5 ms): a poll pass under way grew from 3 to 9 s at 10,000 runs, and a NaN it was
+about to read waited as long (``bench/fleet_load.py``: the 9-10 s passes came every 30 s,
+with the saves). :class:`Paced` takes the lock as the job asks, and after each hold sleeps
+``ratio`` times as long as the hold lasted, outside the lock: the job gets at most
+1 / (1 + ratio) of the interpreter and the pass keeps the rest. At ratio 2, a save that needs
+3.4 s of CPU every 30 s takes ~10 s of wall time. A pause is at most ``longest`` seconds (a
+slow disk must not stretch a save past its interval), and a job that must finish at once (the
+save at exit) takes the lock itself.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import AbstractContextManager
+from typing import Callable
+
+RATIO = 2.0  # seconds of pause per second of hold
+LONGEST = 1.0  # seconds: the longest pause
+
+
+class Paced:
+    """The daemon's lock, for a background job that yields after each hold."""
+
+    def __init__(self, lock: AbstractContextManager, ratio: float = RATIO, longest: float = LONGEST,
+                 sleep: Callable[[float], None] | None = None) -> None:
+        self.lock, self.ratio, self.longest = lock, ratio, longest
+        self.sleep = time.sleep if sleep is None else sleep
+        self._since = 0.0
+
+    def __enter__(self) -> "Paced":
+        self.lock.__enter__()
+        self._since = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        held = time.perf_counter() - self._since
+        self.lock.__exit__(*exc)
+        if exc[0] is None and self.ratio > 0:
+            self.sleep(min(self.ratio * held, self.longest))

@@ -1,0 +1,69 @@
+"""A background job's pace (rlguard.daemon.pacing): after each hold of the daemon's lock, the
+periodic save sleeps in proportion to the hold, outside the lock, so the poll pass keeps most of
+the interpreter; the save at exit does not wait."""
+from __future__ import annotations
+
+import threading
+import time
+
+from daemon_helpers import append, healthy
+
+from rlguard.daemon import pacing, saving
+from rlguard.daemon.config import DaemonConfig
+from rlguard.daemon.pacing import Paced
+from rlguard.daemon.service import Daemon
+
+
+def test_each_hold_is_followed_by_a_pause_in_proportion_outside_the_lock():
+    lock = threading.RLock()
+    pauses: list[tuple[float, bool]] = []  # (seconds, the lock free for another thread meanwhile)
+
+    def sleep(s: float) -> None:
+        got = []
+        t = threading.Thread(target=lambda: got.append(lock.acquire(timeout=1) and (lock.release() or True)))
+        t.start()
+        t.join()
+        pauses.append((s, bool(got and got[0])))
+
+    paced = Paced(lock, ratio=2.0, longest=1.0, sleep=sleep)
+    with paced:
+        time.sleep(0.05)
+    assert len(pauses) == 1 and 0.1 <= pauses[0][0] <= 1.0 and pauses[0][1]
+    with paced:
+        time.sleep(0.6)  # 1.2 s of pause asked: at most `longest`
+    assert pauses[1] == (1.0, True)
+    try:
+        with paced:
+            raise ValueError("a failed slice")
+    except ValueError:
+        pass
+    assert len(pauses) == 2  # a job that failed does not wait
+    assert lock.acquire(blocking=False)
+
+
+def test_the_periodic_save_paces_every_slice_and_the_save_at_exit_does_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(saving, "SAVE_SLICE", 3)
+    pauses: list[float] = []
+    monkeypatch.setattr(pacing.time, "sleep", pauses.append)
+    for i in range(7):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
+    clock = [1000.0]
+    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
+                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=60.0,
+                       handoff_lease=120.0)
+    d = Daemon(cfg, clock=lambda: clock[0])
+    d.poll()  # (its own saves of the runs read first are the poll's: not paced)
+    assert pauses == []
+    for i in range(7):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(6, 2))
+    d.poll()
+    clock[0] = 1060.0  # a whole handoff interval: every run is published too
+    d.save()
+    assert len(pauses) == 3 + 1 + 3 and all(p > 0 for p in pauses)  # 3 slices saved; the share chosen, 3 published
+    assert all(d.fleet.store.read(k) is not None for k in d.runs) and not any(m.changed for m in d.runs.values())
+    pauses.clear()
+    for i in range(7):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(8, 2))
+    d.poll()
+    d.save(paced=False)
+    assert pauses == [] and not any(m.changed for m in d.runs.values())
