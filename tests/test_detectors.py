@@ -595,7 +595,8 @@ def test_a_detector_blind_to_a_chunk_advances_to_the_state_its_scan_leaves():
                 assert repr(skipping.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
                 assert repr(advancing.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
                 i += size
-    assert set(skipped) >= {"spike", "growth", "step_down", "changepoint", "null_mean", "share", "trend"}, skipped
+    assert set(skipped) >= {"spike", "growth", "step_down", "changepoint", "null_mean", "share", "trend",
+                            "gain_loss"}, skipped
 
 
 @pytest.mark.parametrize("refresh", [1, 7])

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import block_noise, median
+from ..stats import MIN_BLOCKS, block_noise, median
 from .base import SMALL, UNKNOWN, Chunk, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
 from .level import Early, Rolling
 
@@ -55,6 +55,40 @@ class GainLoss(Rolling):
         self.peak = -np.inf
         self.peak_step = -1
         self.sigma: float | None = None
+
+    def blind(self, n: int, held: int) -> bool:
+        """Every sample until the noise has its 8 block means (80 samples at window 10: a young
+        run's first records, where this rule was a tenth of a first evaluation's cost): the
+        largest estimate of the chunk, over the ``held`` values kept and the ``n`` new ones,
+        would have fewer (NaN: no opinion)."""
+        return min(held + n, self.p.history) // self.p.window < MIN_BLOCKS
+
+    def advance(self, chunk: Chunk) -> bool:
+        """On a blind chunk, the state a scan leaves: the tail and count, the start and the
+        running peak of the level (the same rolling means, the same strict comparisons as
+        :meth:`_scan_small`), the noise still unknown."""
+        p = self.p
+        if not self.blind(len(chunk.values), len(self.tail)):
+            return False
+        hist = extend_tail(self.tail, chunk.values)
+        n, first = len(chunk.values), self.seen
+        self.seen += n
+        self.tail = keep_tail(hist, p.history)
+        if not n:
+            return True
+        self.sigma = math.nan  # (what the scan's noise estimate leaves: unknown)
+        skip = max(0, p.window - 1 - first)  # samples before the first full window
+        if skip >= n:
+            return True
+        level = rolling(hist, p.window, "mean", last=n - skip).tolist()  # (the full windows' means: the scan's)
+        if self.start is None:
+            self.start = level[0]
+        peak, peak_step = self.peak, self.peak_step
+        for lv, step in zip(level, chunk.steps[skip:].tolist()):
+            if lv > peak:
+                peak, peak_step = lv, step
+        self.peak, self.peak_step = float(peak), int(peak_step)
+        return True
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p

@@ -32,8 +32,9 @@ by ``bench/river_compare.py`` (river 0.26.1, 100,000 Student-t values, window 30
 from .order import (RollingMedian, median, median_rows, quantile_lerp, quantile_ranks, rolling_median, sorted_finite,
                     sorted_mad, sorted_median, sorted_quantile, sorted_unique, upper_median, upper_median_rows,
                     window_max, windows)
-from .robust import (MAD_TO_SIGMA, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
-                     past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se)
+from .robust import (MAD_TO_SIGMA, MIN_BLOCKS, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad,
+                     median_mad_rows, past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows,
+                     trailing_mean_se)
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
 from .shared import shared_rolling_median, sharing
 from .split import best_split_l2
@@ -41,7 +42,7 @@ from .split import best_split_l2
 __all__ = ["RollingMedian", "median", "median_rows", "quantile_lerp", "quantile_ranks", "rolling_median",
            "sorted_finite", "sorted_mad", "sorted_median", "sorted_quantile", "sorted_unique", "upper_median",
            "upper_median_rows", "window_max", "windows",
-           "MAD_TO_SIGMA", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
+           "MAD_TO_SIGMA", "MIN_BLOCKS", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
            "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",
            "trailing_mean_se", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks",
            "shared_rolling_median", "sharing"]
