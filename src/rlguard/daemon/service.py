@@ -6,7 +6,7 @@ Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
   poll: the scan is incremental), then read what every run's log gained, feed the watchdog
   (within ``eval_budget`` seconds a pass: :mod:`.budget`), notify, write stop requests;
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
-- ``save``: persist offsets, watchdog states and counters (a transaction per 250 runs, polls between);
+- ``save``: persist offsets, watchdog states and counters (250 runs a transaction, paced: :mod:`.saving`);
 - ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable);
 - ``housekeeping`` (hourly): forget notifications delivered more than ``outbox_retention`` ago.
 
