@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from daemon_helpers import append, healthy
 
 from rlguard.daemon import pacing, saving
@@ -39,6 +41,18 @@ def test_each_hold_is_followed_by_a_pause_in_proportion_outside_the_lock():
         pass
     assert len(pauses) == 2  # a job that failed does not wait
     assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_the_pauses_of_one_job_stay_within_their_allowance():
+    """A save's pauses are at most half its interval in all: a slow disk, or a fleet larger than
+    the interval allows, must not make pacing stretch a save past the next one."""
+    pauses: list[float] = []
+    paced = Paced(threading.Lock(), ratio=2.0, longest=1.0, within=0.5, sleep=pauses.append)
+    for _ in range(4):
+        with paced:
+            time.sleep(0.1)  # 0.2 s of pause asked each time
+    assert sum(pauses) == pytest.approx(0.5) and len([p for p in pauses if p > 1e-9]) == 3 and pauses[2] < pauses[0]
 
 
 def test_the_periodic_save_paces_every_slice_and_the_save_at_exit_does_not(tmp_path, monkeypatch):

@@ -8,12 +8,14 @@ about to read waited as long (``bench/fleet_load.py``: the 9-10 s passes came ev
 with the saves). :class:`Paced` takes the lock as the job asks, and after each hold sleeps
 ``ratio`` times as long as the hold lasted, outside the lock: the job gets at most
 1 / (1 + ratio) of the interpreter and the pass keeps the rest. At ratio 2, a save that needs
-3.4 s of CPU every 30 s takes ~10 s of wall time. A pause is at most ``longest`` seconds (a
-slow disk must not stretch a save past its interval), and a job that must finish at once (the
-save at exit) takes the lock itself.
+3.4 s of CPU every 30 s takes ~10 s of wall time. A pause is at most ``longest`` seconds, and
+the pauses of one job at most ``within`` seconds in all (the save's: half its interval), so a
+slow disk or a larger fleet never stretches a save past its interval; a job that must finish
+at once (the save at exit) takes the lock itself.
 """
 from __future__ import annotations
 
+import math
 import time
 from contextlib import AbstractContextManager
 from typing import Callable
@@ -26,8 +28,9 @@ class Paced:
     """The daemon's lock, for a background job that yields after each hold."""
 
     def __init__(self, lock: AbstractContextManager, ratio: float = RATIO, longest: float = LONGEST,
-                 sleep: Callable[[float], None] | None = None) -> None:
+                 within: float = math.inf, sleep: Callable[[float], None] | None = None) -> None:
         self.lock, self.ratio, self.longest = lock, ratio, longest
+        self.left = within  # seconds of pause this job may still take
         self.sleep = time.sleep if sleep is None else sleep
         self._since = 0.0
 
@@ -39,5 +42,7 @@ class Paced:
     def __exit__(self, *exc) -> None:
         held = time.perf_counter() - self._since
         self.lock.__exit__(*exc)
-        if exc[0] is None and self.ratio > 0:
-            self.sleep(min(self.ratio * held, self.longest))
+        pause = min(self.ratio * held, self.longest, self.left)
+        if exc[0] is None and pause > 0:
+            self.left -= pause
+            self.sleep(pause)

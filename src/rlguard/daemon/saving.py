@@ -42,7 +42,7 @@ def save(d: Daemon, paced: bool = True) -> None:
             d.saved.update({k: v for k, v in loaded.items() if k not in d.runs})
         record(d.problems, startup.rewrite(d.problems, d.cfg.state_dir, d.control_token, d.address))
         changed = [m for m in d.runs.values() if m.changed]
-    hold = Paced(d.lock) if paced else d.lock
+    hold = Paced(d.lock, within=d.cfg.save_interval / 2) if paced else d.lock
     if not save_slices(d, changed, hold):
         return  # not written: the runs stay "changed" and are saved at the next try
     changes = d.fleet.periodic(d.runs, d.clock(), (), hold, SAVE_SLICE)
