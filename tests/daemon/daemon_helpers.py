@@ -123,3 +123,13 @@ def flush_events(w) -> None:
         last = size
         time.sleep(0.05)
         w.flush()
+
+
+def handoff_config(tmp_path: Path, handoff_interval: float = 60.0, **more) -> "DaemonConfig":
+    """A daemon on ``tmp_path/runs`` that judges at every poll, saves every 30 s and publishes to
+    ``tmp_path/handoff`` (lease 120 s)."""
+    from rlguard.daemon.config import DaemonConfig
+
+    return DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
+                        handoff_dir=str(tmp_path / "handoff"), save_interval=30.0,
+                        handoff_interval=handoff_interval, handoff_lease=120.0, **more)

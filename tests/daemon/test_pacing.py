@@ -8,10 +8,9 @@ import time
 
 import pytest
 
-from daemon_helpers import append, healthy
+from daemon_helpers import append, handoff_config, healthy
 
 from rlguard.daemon import pacing, saving
-from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.pacing import Paced
 from rlguard.daemon.service import Daemon
 
@@ -62,9 +61,7 @@ def test_the_periodic_save_paces_every_slice_and_the_save_at_exit_does_not(tmp_p
     for i in range(7):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
     clock = [1000.0]
-    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
-                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=60.0,
-                       handoff_lease=120.0)
+    cfg = handoff_config(tmp_path)
     d = Daemon(cfg, clock=lambda: clock[0])
     d.poll()  # (its own saves of the runs read first are the poll's: not paced)
     assert pauses == []

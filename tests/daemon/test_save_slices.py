@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from daemon_helpers import append, healthy
+from daemon_helpers import append, handoff_config, healthy
 
 from rlguard.daemon import saving
 from rlguard.daemon.config import DaemonConfig
@@ -105,9 +105,7 @@ def test_the_handoff_share_is_published_slice_by_slice_with_the_lock_let_go_betw
     for i in range(RUNS):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
     clock = [1000.0]
-    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
-                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=60.0,
-                       handoff_lease=120.0)
+    cfg = handoff_config(tmp_path)
     d = Daemon(cfg, clock=lambda: clock[0])
     d.poll()
     for m in d.runs.values():
@@ -143,9 +141,7 @@ def test_a_run_saved_at_its_first_read_is_not_written_again_by_the_next_save(tmp
     and the periodic save writes only what changed since."""
     for i in range(RUNS):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
-    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
-                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=60.0,
-                       handoff_lease=120.0)
+    cfg = handoff_config(tmp_path)
     d = Daemon(cfg, clock=lambda: 1000.0)
     d.poll()
     assert len(d.store.load()) == RUNS and not any(m.changed or m.never_saved for m in d.runs.values())
@@ -170,9 +166,7 @@ def test_the_handoff_shares_count_from_the_end_of_the_first_pass(tmp_path):
     for i in range(8):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
     clock = [1000.0]
-    cfg = DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
-                       handoff_dir=str(tmp_path / "handoff"), save_interval=30.0, handoff_interval=120.0,
-                       handoff_lease=120.0)
+    cfg = handoff_config(tmp_path, handoff_interval=120.0)
     d = Daemon(cfg, clock=lambda: clock[0])
     clock[0] = 1100.0  # the first pass ends 100 s after the start
     d.poll()
