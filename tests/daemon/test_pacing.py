@@ -10,7 +10,7 @@ import pytest
 
 from daemon_helpers import append, handoff_config, healthy
 
-from rlguard.daemon import pacing, saving
+from rlguard.daemon import saving
 from rlguard.daemon.pacing import Paced
 from rlguard.daemon.service import Daemon
 
@@ -54,15 +54,27 @@ def test_the_pauses_of_one_job_stay_within_their_allowance():
     assert sum(pauses) == pytest.approx(0.5) and len([p for p in pauses if p > 1e-9]) == 3 and pauses[2] < pauses[0]
 
 
+class Closing(threading.Event):
+    """The daemon's closing event, whose waits (a paced save's pauses) are noted, not waited."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pauses: list[float] = []
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.pauses.append(timeout)
+        return self.is_set()
+
+
 def test_the_periodic_save_paces_every_slice_and_the_save_at_exit_does_not(tmp_path, monkeypatch):
     monkeypatch.setattr(saving, "SAVE_SLICE", 3)
-    pauses: list[float] = []
-    monkeypatch.setattr(pacing.time, "sleep", pauses.append)
     for i in range(7):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
     clock = [1000.0]
     cfg = handoff_config(tmp_path)
     d = Daemon(cfg, clock=lambda: clock[0])
+    d.closing = closing = Closing()  # (the pauses are waits on it: they end as the daemon closes)
+    pauses = closing.pauses
     d.poll()  # (its own saves of the runs read first are the poll's: not paced)
     assert pauses == []
     for i in range(7):
@@ -78,3 +90,35 @@ def test_the_periodic_save_paces_every_slice_and_the_save_at_exit_does_not(tmp_p
     d.poll()
     d.save(paced=False)
     assert pauses == [] and not any(m.changed for m in d.runs.values())
+
+
+def test_a_paced_save_stops_when_the_daemon_closes_and_the_save_at_exit_writes_the_rest(tmp_path, monkeypatch):
+    """SIGTERM during a paced save: its pauses end at once (they wait on the daemon's closing
+    event) and it writes no further slice, so the exit is not held back by up to half a save
+    interval and nothing is written after the store is closed; the save at exit writes what the
+    paced save left."""
+    monkeypatch.setattr(saving, "SAVE_SLICE", 3)
+    for i in range(7):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
+    d = Daemon(handoff_config(tmp_path), clock=lambda: 1000.0)
+    d.poll()
+    for i in range(7):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(6, 2))
+    d.poll()
+    written: list[int] = []
+    write = d.save_rows
+
+    def save_rows(rows):
+        rows = list(rows)
+        written.append(len(rows))
+        d.closing.set()  # SIGTERM while the first slice is written
+        return write(rows)
+
+    d.save_rows = save_rows
+    t0 = time.perf_counter()
+    d.save()
+    assert written == [3] and time.perf_counter() - t0 < 1.0
+    assert sum(m.changed for m in d.runs.values()) == 4
+    d.save(paced=False)
+    assert written == [3, 3, 1] and not any(m.changed for m in d.runs.values())
+    assert {v["tail"]["count"] for v in d.store.load().values()} == {7}

@@ -28,7 +28,7 @@ class Paced:
     """The daemon's lock, for a background job that yields after each hold."""
 
     def __init__(self, lock: AbstractContextManager, ratio: float = RATIO, longest: float = LONGEST,
-                 within: float = math.inf, sleep: Callable[[float], None] | None = None) -> None:
+                 within: float = math.inf, sleep: Callable[[float], object] | None = None) -> None:
         self.lock, self.ratio, self.longest = lock, ratio, longest
         self.left = within  # seconds of pause this job may still take
         self.sleep = time.sleep if sleep is None else sleep

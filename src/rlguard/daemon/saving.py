@@ -13,10 +13,14 @@
   a first pass's 10,000 runs a second time) and waits for its turn in the handoff dir
   (:meth:`.fleet.Fleet.periodic`).
 - **Paced.** The periodic save and the handoff share after it yield to the polls after each
-  slice (:mod:`.pacing`); the save at exit does not wait.
+  slice (:mod:`.pacing`); the save at exit does not wait. Once the daemon is closing (SIGTERM),
+  a paced save stops pausing and writes no further slice: the save at exit writes what is left
+  (before, a paced save still sleeping could hold the exit back by up to half its interval, and
+  write after the store was closed).
 """
 from __future__ import annotations
 
+import threading
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -42,8 +46,8 @@ def save(d: Daemon, paced: bool = True) -> None:
             d.saved.update({k: v for k, v in loaded.items() if k not in d.runs})
         record(d.problems, startup.rewrite(d.problems, d.cfg.state_dir, d.control_token, d.address))
         changed = [m for m in d.runs.values() if m.changed]
-    hold = Paced(d.lock, within=d.cfg.save_interval / 2) if paced else d.lock
-    if not save_slices(d, changed, hold):
+    hold = Paced(d.lock, within=d.cfg.save_interval / 2, sleep=d.closing.wait) if paced else d.lock
+    if not save_slices(d, changed, hold, d.closing if paced else None):
         return  # not written: the runs stay "changed" and are saved at the next try
     changes = d.fleet.periodic(d.runs, d.clock(), (), hold, SAVE_SLICE)
     with d.lock:
@@ -67,10 +71,13 @@ def save_urgent(d: Daemon, urgent: list[RunMonitor], now: float) -> None:
             d.fleet.first_pass_done(d.clock())
 
 
-def save_slices(d: Daemon, mons: list[RunMonitor], hold: AbstractContextManager) -> bool:
+def save_slices(d: Daemon, mons: list[RunMonitor], hold: AbstractContextManager,
+                stop: threading.Event | None = None) -> bool:
     """Write ``mons`` (not those unwatched since, or with alerts held) a slice at a time, each
-    under ``hold``; False: not written."""
+    under ``hold``, until ``stop`` is set; False: not all written."""
     for i in range(0, len(mons), SAVE_SLICE):
+        if stop is not None and stop.is_set():
+            return False  # the daemon is closing: its save at exit writes the rest
         with hold:
             held = d.outgoing.held()
             part = [m for m in mons[i:i + SAVE_SLICE] if m.run not in held and d.runs.get(m.path) is m]

@@ -83,6 +83,7 @@ class Daemon:
         self.reloads = 0
         self.control_token: str | None = None  # set when the HTTP surface starts (run_forever)
         self.address: tuple[str, int] | None = None  # where it listens, once it does
+        self.closing = threading.Event()  # SIGTERM / SIGINT: the jobs under way finish early, and it saves
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
@@ -312,7 +313,7 @@ class Daemon:
         self._record(changes)
         startup.tighten(self.store, self.cfg.state_dir)
         self.fleet.start()
-        done = threading.Event()  # signals first: a SIGHUP right after /healthz answers must not kill us
+        done = self.closing  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
