@@ -211,18 +211,22 @@ def test_changed_runs_are_published_a_share_at_each_save_the_longest_waiting_fir
         runs[mon.path] = mon
     keys = sorted(runs)
     published = lambda: sorted(k for k in keys if fleet.store.read(k) is not None)  # noqa: E731
-    fleet.periodic(runs, 1015.0, keys[:8])  # a quarter of the interval: a quarter of the 8 waiting
+    fleet.note_changed(keys[:8])
+    fleet.periodic(runs, 1015.0)  # a quarter of the interval: a quarter of the 8 waiting
     assert published() == keys[:2]
-    fleet.periodic(runs, 1030.0, keys[8:])  # 10 waiting, a quarter: the 3 that waited longest
+    fleet.note_changed(keys[8:])
+    fleet.periodic(runs, 1030.0)  # 10 waiting, a quarter: the 3 that waited longest
     assert published() == keys[:5]
-    fleet.periodic(runs, 1030.0, [])  # no time went by: nothing more
+    fleet.periodic(runs, 1030.0)  # no time went by: nothing more
     assert published() == keys[:5]
-    fleet.periodic(runs, 1090.0, [keys[0]])  # a whole interval: every run waiting, keys[0] again
+    fleet.note_changed([keys[0]])
+    fleet.periodic(runs, 1090.0)  # a whole interval: every run waiting, keys[0] again
     assert published() == keys and not fleet.dirty
     gone = [f"/logs/retired{i}" for i in range(6)]  # runs no longer watched here hold no place
     before = {k: fleet.store.read(k)["at"] for k in keys[:2]}
     fleet.clock = lambda: 1100.0
-    fleet.periodic(runs, 1100.0, gone + keys[:2])  # a sixth of the interval: 1 of the 2 live ones
+    fleet.note_changed(gone + keys[:2])
+    fleet.periodic(runs, 1100.0)  # a sixth of the interval: 1 of the 2 live ones
     assert not set(gone) & set(fleet.dirty) and list(fleet.dirty) == [keys[1]]
     assert fleet.store.read(keys[0])["at"] == 1100.0 != before[keys[0]]
 

@@ -192,10 +192,10 @@ class Fleet:
             self._unpublished = groups
         return changes
 
-    def periodic(self, runs: Mapping[str, RunMonitor], now: float, changed: Iterable[str],
-                 lock: AbstractContextManager | None = None, slice_size: int = 250) -> Changes:
-        """At each save: heartbeat, and publish a share of the runs changed since their last
-        publication, the longest waiting first: the share of ``handoff_interval`` elapsed since
+    def periodic(self, runs: Mapping[str, RunMonitor], now: float, lock: AbstractContextManager | None = None,
+                 slice_size: int = 250) -> Changes:
+        """At each save: heartbeat, and publish a share of the runs saved since their last
+        publication (:meth:`note_changed`), the longest waiting first: the share of ``handoff_interval`` elapsed since
         the last call (all of them once a whole interval went by), so that a run's record is
         about ``handoff_interval`` old at most and the writes are spread over the saves. (All at
         once, 10,000 runs held the daemon's lock for ~6 s every interval: no poll, no alert.)
@@ -204,7 +204,7 @@ class Fleet:
         2,500 runs (a 10,000-run daemon at each 30 s save) held it ~2 s in one go."""
         hold = lock if lock is not None else nullcontext()
         with hold:
-            out, keys = self._due(runs, now, changed)
+            out, keys = self._due(runs, now)
         for i in range(0, len(keys), slice_size):
             with hold:
                 got = self.publish(runs, keys[i:i + slice_size])
@@ -213,11 +213,10 @@ class Fleet:
                 break  # not writable: the rest stay waiting for the next save
         return out
 
-    def _due(self, runs: Mapping[str, RunMonitor], now: float, changed: Iterable[str]) -> tuple[Changes, list[str]]:
+    def _due(self, runs: Mapping[str, RunMonitor], now: float) -> tuple[Changes, list[str]]:
         """The heartbeat, and the runs whose turn it is (see :meth:`periodic`)."""
         if self.store is None or self.released:
             return [], []
-        self.note_changed(changed)
         out: Changes = []
         try:
             self.store.heartbeat(now)

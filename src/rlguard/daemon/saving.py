@@ -49,7 +49,7 @@ def save(d: Daemon, paced: bool = True) -> None:
     hold = Paced(d.lock, within=d.cfg.save_interval / 2, sleep=d.closing.wait) if paced else d.lock
     if not save_slices(d, changed, hold, d.closing if paced else None):
         return  # not written: the runs stay "changed" and are saved at the next try
-    changes = d.fleet.periodic(d.runs, d.clock(), (), hold, SAVE_SLICE)
+    changes = d.fleet.periodic(d.runs, d.clock(), hold, SAVE_SLICE)
     with d.lock:
         record(d.problems, changes)
         if d.dispatcher is not None:
