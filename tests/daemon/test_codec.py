@@ -143,11 +143,11 @@ def test_rows_are_encoded_as_they_come_one_state_at_a_time(tmp_path, monkeypatch
             yield f"/logs/run{k}/m.jsonl", f"run{k}", {"offset": k}, wd.state_dict(arrays=True), info
 
     store = Store(tmp_path / "state")
-    written, changes = store.save_rows(rows(8))
-    assert written and changes == [("state", None)]
+    left_out, changes = store.save_rows(rows(8))
+    assert left_out == {"/logs/run4/m.jsonl"} and changes == [("state", None)]
     saved = store.load()
     assert sorted(saved) == sorted(f"/logs/run{k}/m.jsonl" for k in range(8) if k != 4)
     back = Watchdog(run="r")
     back.load_state_dict(saved["/logs/run7/m.jsonl"]["watchdog"])
     assert back.state_dict() == json.loads(json.dumps(wd.state_dict(), allow_nan=True))
-    assert store.save_rows(iter(())) == (True, [])
+    assert store.save_rows(iter(())) == (set(), [])

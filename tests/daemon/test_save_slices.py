@@ -177,3 +177,28 @@ def test_the_handoff_shares_count_from_the_end_of_the_first_pass(tmp_path):
     clock[0] = 1250.0  # a whole interval since the last share: every run
     d.save()
     assert all(d.fleet.store.read(k) is not None for k in d.runs) and not d.fleet.dirty
+
+
+def test_a_run_whose_state_cannot_be_encoded_is_not_marked_saved_and_is_saved_once_it_can(tmp_path):
+    """A row the store leaves out (its state not JSON) keeps its run ``changed``: the next save
+    writes it, where before the run was marked saved and a restart found its old state (or none);
+    the others of its slice are saved as usual, and such a run is not retired (its state would
+    be lost with it)."""
+    from rlguard.daemon import lifecycle
+
+    for i in range(3):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
+    d = Daemon(handoff_config(tmp_path), clock=lambda: 1000.0)
+    d.poll()
+    for i in range(3):
+        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(6, 2))
+    d.poll()
+    bad = d.runs[next(k for k in d.runs if "/r1/" in k)]
+    bad.info.latest["odd"] = [object(), 1]  # not JSON
+    d.save()
+    assert bad.changed and not any(m.changed for m in d.runs.values() if m is not bad)
+    assert d.store.load()[bad.path]["tail"]["count"] == 5  # its state as its first read saved it
+    assert not lifecycle.retire(d, bad.path, "test") and bad.path in d.runs
+    del bad.info.latest["odd"]
+    d.save()
+    assert not bad.changed and d.store.load()[bad.path]["tail"]["count"] == 7

@@ -215,7 +215,7 @@ def retire(daemon: Daemon, key: str, why: str) -> bool:
     if sig is None or mon.run in daemon.outgoing.held():
         return False
     mon.info.retired = sig
-    if daemon.store.db is None or not daemon.save_rows([mon.saved()]):
+    if daemon.store.db is None or daemon.save_rows([mon.saved()]) != set():  # (not written, or left out)
         mon.info.retired = None
         return False
     del daemon.runs[key]

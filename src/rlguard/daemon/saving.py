@@ -11,7 +11,8 @@
   alarms, steps never judged).
 - **Saved as it is.** A run written, by either, is no longer ``changed`` (the periodic save wrote
   a first pass's 10,000 runs a second time) and waits for its turn in the handoff dir
-  (:meth:`.fleet.Fleet.periodic`).
+  (:meth:`.fleet.Fleet.periodic`). A run the store left out (its state could not be encoded:
+  logged) stays ``changed`` and is tried again at the next save.
 - **Paced.** The periodic save and the handoff share after it yield to the polls after each
   slice (:mod:`.pacing`); the save at exit does not wait. Once the daemon is closing (SIGTERM),
   a paced save stops pausing and writes no further slice: the save at exit writes what is left
@@ -81,8 +82,10 @@ def save_slices(d: Daemon, mons: list[RunMonitor], hold: AbstractContextManager,
         with hold:
             held = d.outgoing.held()
             part = [m for m in mons[i:i + SAVE_SLICE] if m.run not in held and d.runs.get(m.path) is m]
-            if not d.save_rows(m.saved() for m in part):  # (a generator: one state built at a time)
+            left_out = d.save_rows(m.saved() for m in part)  # (a generator: one state built at a time)
+            if left_out is None:
                 return False
+            part = [m for m in part if m.path not in left_out]  # (not encoded: still to save)
             for m in part:
                 m.never_saved = m.changed = False
             d.fleet.note_changed(m.path for m in part)

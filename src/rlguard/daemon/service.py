@@ -230,10 +230,11 @@ class Daemon:
     def save(self, paced: bool = True) -> None:
         saving.save(self, paced)
 
-    def save_rows(self, rows: Iterable[Row]) -> bool:
-        saved, changes = self.store.save_rows(rows)
+    def save_rows(self, rows: Iterable[Row]) -> set[str] | None:
+        """Write store rows: the keys of those left out (kept to save again), None if none was."""
+        left_out, changes = self.store.save_rows(rows)
         self._record(changes)
-        return saved
+        return left_out
 
     def _record(self, changes: Changes) -> None:
         record(self.problems, changes)

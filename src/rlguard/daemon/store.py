@@ -85,15 +85,18 @@ class Store:
         return "state", (f"{self.unavailable}: runs are watched and judged, nothing is saved; retrying at every save"
                          if self.unavailable else None)
 
-    def save_rows(self, rows: Iterable[Row]) -> tuple[bool, Changes]:
-        """:meth:`save`, the daemon's way: (written, changes); rows not stored are logged."""
+    def save_rows(self, rows: Iterable[Row]) -> tuple[set[str] | None, Changes]:
+        """:meth:`save`, the daemon's way: (the keys of the rows left out, changes); None when
+        nothing was written. Rows left out are logged, and the caller keeps them to save again
+        (a run whose state could not be encoded is not saved, and must not be marked so)."""
         try:
             bad, seen = self._save(rows)
         except (OSError, RuntimeError, sqlite3.Error) as exc:
-            return False, [("state", f"state not writable in {self.where}: {exc}")]
+            return None, [("state", f"state not writable in {self.where}: {exc}")]
         for key, why in bad:
-            log.error("state of %r not saved: %s", key, why)
-        return True, [("state", None)] if seen else []  # only a real write proves the state is writable again
+            log.error("state of %r not saved (it is tried again at the next save): %s", key, why)
+        # (only a real write proves the state is writable again)
+        return {key for key, _ in bad}, [("state", None)] if seen else []
 
     def _open(self) -> None:
         # used from the scheduler's threads, one at a time (the daemon holds its lock around every use)
