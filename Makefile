@@ -46,6 +46,7 @@ bench: setup ops-tools
 	$(PY) bench/trainer_vs_trl.py
 	$(PY) bench/trainer_memory.py
 	$(PY) bench/daemon_load.py
+	$(PY) bench/daemon_restart.py
 	$(PY) bench/daemon_faults.py
 	$(PY) bench/fleet_load.py
 	$(PY) bench/fuzz_readers.py

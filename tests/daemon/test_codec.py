@@ -9,7 +9,7 @@ import pytest
 
 import numpy as np
 
-from rlguard.daemon.codec import MIN_LEN, encode, unpack
+from rlguard.daemon.codec import MIN_LEN, decode, encode
 from rlguard.daemon.store import Store
 from rlguard.sources.base import LogRecord
 from rlguard.watchdog import Watchdog
@@ -19,11 +19,13 @@ def test_float_series_round_trip_bit_for_bit():
     tail = [0.1, -0.0, math.inf, -math.inf, math.nan, 5e-324, 1.7976931348623157e308] * 4
     state = {"a": {"tail": np.array(tail), "steps": np.arange(40), "few": np.array([1.5, 2.5]),
                    "mixed": [1.0, None] * 10}}
-    packed = json.loads(encode(state))
+    text = encode(state)
+    packed = json.loads(text)
     assert isinstance(packed["a"]["tail"], dict)  # packed
     assert packed["a"]["steps"] == list(range(40)) and packed["a"]["few"] == [1.5, 2.5]
     assert packed["a"]["mixed"] == [1.0, None] * 10  # not floats: left as it is
-    back = unpack(packed)
+    back = decode(text)
+    assert back["a"]["steps"] == list(range(40)) and back["a"]["mixed"] == [1.0, None] * 10
     got = back["a"]["tail"]
     assert len(got) == len(tail)
     for x, y in zip(got, tail):
@@ -35,16 +37,16 @@ def test_float_series_round_trip_bit_for_bit():
 def test_short_series_and_plain_old_states_are_untouched():
     old = {"tail": [0.5] * (MIN_LEN - 1), "big": [0.25] * 50}
     assert json.loads(encode({"tail": np.array(old["tail"])}))["tail"] == old["tail"]
-    assert unpack(old) == old  # a state saved before packing loads as it was
+    assert decode(json.dumps(old)) == old  # a state saved before packing loads as it was
     walked = {"big": {"f64": encode({"b": np.array(old["big"])}).split('"f64": "')[1].split('"')[0]}}
-    assert unpack(walked) == {"big": old["big"]}  # (and one saved by the list walk that came before)
+    assert decode(json.dumps(walked)) == {"big": old["big"]}  # (and one saved by the list walk that came before)
 
 
 def test_a_corrupt_packed_list_is_a_value_error():
     with pytest.raises(ValueError):
-        unpack({"f64": "AAAA"})  # 3 bytes: not a float64 list
+        decode('{"f64": "AAAA"}')  # 3 bytes: not a float64 list
     with pytest.raises(ValueError):
-        unpack({"f64": "not base64!"})
+        decode('{"x": [{"f64": "not base64!"}]}')
 
 
 def _records(rng, start, n):
@@ -74,7 +76,7 @@ def test_a_watchdog_restored_from_the_store_decides_as_one_never_stopped(tmp_pat
 
 def test_encode_packs_arrays_and_reads_back_as_the_plain_state():
     """The daemon's saves: ``state_dict(arrays=True)`` through :func:`encode` reads back (with
-    :func:`unpack`) as the plain state, bit for bit; its float series are packed; a state that
+    :func:`decode`) as the plain state, bit for bit; its float series are packed; a state that
     is not JSON (a set) is a TypeError, as ``json.dumps`` gives."""
     wd = Watchdog(run="r")
     recs = _records(random.Random(5), 1, 200)
@@ -83,7 +85,7 @@ def test_encode_packs_arrays_and_reads_back_as_the_plain_state():
     plain, arrays = wd.state_dict(), wd.state_dict(arrays=True)
     assert any(isinstance(f["values"], np.ndarray) for f in arrays["feeds"].values())
     text = encode(arrays)
-    back = unpack(json.loads(text))
+    back = decode(text)
     assert json.dumps(back, allow_nan=True) == json.dumps(plain, allow_nan=True)
     long_series = sum(isinstance(v, np.ndarray) and v.dtype.kind == "f" and len(v) >= MIN_LEN
                       for part in ("feeds", "recent") for d in arrays[part].values() for v in d.values())
@@ -102,10 +104,11 @@ def test_nested_containers_are_packed_at_any_depth():
     tail = [0.5 + i for i in range(MIN_LEN)]
     state = {"x": [[np.array(tail), 1, "s"], {"deep": {"tail": np.array(tail), "n": None}}], "plain": 3.0,
              "ok": True}
-    packed = json.loads(encode(state))
+    text = encode(state)
+    packed = json.loads(text)
     assert isinstance(packed["x"][0][0], dict) and isinstance(packed["x"][1]["deep"]["tail"], dict)
     assert packed["x"][0][1:] == [1, "s"] and packed["plain"] == 3.0 and packed["ok"] is True
-    assert unpack(packed) == {"x": [[tail, 1, "s"], {"deep": {"tail": tail, "n": None}}], "plain": 3.0, "ok": True}
+    assert decode(text) == {"x": [[tail, 1, "s"], {"deep": {"tail": tail, "n": None}}], "plain": 3.0, "ok": True}
 
 
 def test_run_info_copy_is_asdict_and_independent():

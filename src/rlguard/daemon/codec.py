@@ -8,7 +8,7 @@ left as numpy arrays (``Watchdog.state_dict(arrays=True)``) in one ``json.dumps`
 the little-endian float64 bytes>}`` (NaN and infinities kept bit for bit) as it meets it: no
 walk over the state, no float list built only to be packed (the walk over lists that came
 before took twice the CPU: ``bench/run_footprint.py``). Lists stay plain JSON lists.
-:func:`unpack` undoes it; states saved as plain lists, or by the list walk, load unchanged.
+:func:`decode` parses and undoes it; states saved as plain lists, or by the list walk, load unchanged.
 """
 from __future__ import annotations
 
@@ -22,17 +22,23 @@ MIN_LEN = 16
 _TAG = "f64"
 
 
-def unpack(obj: Any) -> Any:
-    if isinstance(obj, dict):
-        if len(obj) == 1 and _TAG in obj and isinstance(obj[_TAG], str):
-            raw = base64.b64decode(obj[_TAG].encode("ascii"), validate=True)
+def decode(text: str | bytes) -> Any:
+    """The object of JSON ``text`` written by :func:`encode`, its packed float lists back as
+    lists. Each dict is looked at once, as the parser builds it (``object_hook``), and lists
+    are not walked: the walk over the parsed state that came before visited every number of
+    every run's state, a third of the CPU of a daemon's restart (``bench/daemon_restart.py``)."""
+    return json.loads(text, object_hook=_unpacked)
+
+
+def _unpacked(d: dict) -> Any:
+    if len(d) == 1:
+        packed = d.get(_TAG)
+        if isinstance(packed, str):
+            raw = base64.b64decode(packed.encode("ascii"), validate=True)
             if len(raw) % 8:
                 raise ValueError("a packed float list whose length is not a multiple of 8 bytes")
             return np.frombuffer(raw, dtype="<f8").tolist()
-        return {k: unpack(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [unpack(v) for v in obj]
-    return obj
+    return d
 
 
 def encode(obj: Any, compact: bool = False) -> str:

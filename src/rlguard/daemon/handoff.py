@@ -28,7 +28,7 @@ import socket
 from pathlib import Path
 
 from ..errors import InputError
-from .codec import encode, unpack
+from .codec import decode, encode
 from .shard import ShardSpec, owner_of
 
 log = logging.getLogger("rlguard.daemon")
@@ -53,7 +53,7 @@ class HandoffStore:
     def read(self, key: str) -> dict | None:
         """The record of the run at ``key``, or None (none, unreadable, another key's)."""
         try:
-            data = unpack(json.loads(self._path(key).read_bytes()))
+            data = decode(self._path(key).read_bytes())
         except FileNotFoundError:
             return None
         except (OSError, ValueError) as exc:

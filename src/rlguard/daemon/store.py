@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Iterable
 
 from ..errors import RLGuardError
-from .codec import encode, unpack
+from .codec import decode, encode
 from .view import Changes
 
 Row = tuple[str, str, dict, dict, dict]  # key, run, tail, watchdog state (arrays kept), info: RunMonitor.saved
@@ -123,7 +123,7 @@ class Store:
             return out
         for path, run, tail, wd, info in self.db.execute("SELECT path, run, tail, watchdog, info FROM runs"):
             key = os.fsdecode(path) if isinstance(path, bytes) else path
-            out[key] = {"run": run, "tail": json.loads(tail), "watchdog": unpack(json.loads(wd)),
+            out[key] = {"run": run, "tail": json.loads(tail), "watchdog": decode(wd),
                         "info": json.loads(info)}
         return out
 
@@ -133,7 +133,7 @@ class Store:
         if row is None:
             return None
         run, tail, wd, info = row
-        return {"run": run, "tail": json.loads(tail), "watchdog": unpack(json.loads(wd)), "info": json.loads(info)}
+        return {"run": run, "tail": json.loads(tail), "watchdog": decode(wd), "info": json.loads(info)}
 
     def save(self, rows: Iterable[Row]) -> list[tuple[str, str]]:
         """Save (key, run, tail, watchdog, info) rows in one transaction. A row that cannot be
