@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from daemon_helpers import append, handoff_config, healthy
+from daemon_helpers import append, handoff_config, healthy, polled_twice
 
 from rlguard.daemon import saving
 from rlguard.daemon.pacing import Paced
@@ -98,13 +98,7 @@ def test_a_paced_save_stops_when_the_daemon_closes_and_the_save_at_exit_writes_t
     interval and nothing is written after the store is closed; the save at exit writes what the
     paced save left."""
     monkeypatch.setattr(saving, "SAVE_SLICE", 3)
-    for i in range(7):
-        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
-    d = Daemon(handoff_config(tmp_path), clock=lambda: 1000.0)
-    d.poll()
-    for i in range(7):
-        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(6, 2))
-    d.poll()
+    d = polled_twice(tmp_path, 7)
     written: list[int] = []
     write = d.save_rows
 

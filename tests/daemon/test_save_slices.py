@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from daemon_helpers import append, handoff_config, healthy
+from daemon_helpers import append, handoff_config, healthy, polled_twice
 
 from rlguard.daemon import saving
 from rlguard.daemon.config import DaemonConfig
@@ -186,13 +186,7 @@ def test_a_run_whose_state_cannot_be_encoded_is_not_marked_saved_and_is_saved_on
     be lost with it)."""
     from rlguard.daemon import lifecycle
 
-    for i in range(3):
-        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
-    d = Daemon(handoff_config(tmp_path), clock=lambda: 1000.0)
-    d.poll()
-    for i in range(3):
-        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(6, 2))
-    d.poll()
+    d = polled_twice(tmp_path, 3)
     bad = d.runs[next(k for k in d.runs if "/r1/" in k)]
     bad.info.latest["odd"] = [object(), 1]  # not JSON
     d.save()
