@@ -17,7 +17,9 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
   run was seen to stop after the request: its stop record), ``rlguard_run_stop_ignored{run}`` (it
   ended or went quiet without acknowledging the request: counted apart from obeyed stops);
 - ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
-- ``rlguard_runs_watched``, ``rlguard_runs_retired``, ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
+- ``rlguard_runs_watched``, ``rlguard_runs_judged`` (of those, the runs whose rules judged a record: a
+  start's progress, without a scrape of one series per run), ``rlguard_runs_retired``,
+  ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
   ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead);
 - sharding: ``rlguard_shard_info{shard,shards}`` (1), ``rlguard_shards`` (N),
   ``rlguard_runs_other_shards`` (runs found that other shards own), ``rlguard_runs_waiting``
@@ -104,6 +106,8 @@ DAEMON_FAMILIES = (
            "evaluating the due ones within eval_budget)"),
     _gauge("eval_waiting", "rlguard_runs_waiting_evaluation", "Runs due for the rules that the last poll pass left for "
            "the next (its eval_budget was spent)"),
+    _gauge("runs_judged", "rlguard_runs_judged", "Watched runs whose rules have judged a record (here or before "
+           "a restart): rlguard_runs_watched once every run was judged, as after a start's first pass"),
     _counter("reloads", "rlguard_rule_reloads", "Successful rule reloads (SIGHUP)"),
     _gauge("shard_info", "rlguard_shard_info", "This daemon's shard (I of N)", "shard", "shards"),
     _gauge("shards", "rlguard_shards", "Shards the runs are split over (N)"),
@@ -152,6 +156,7 @@ def daemon_samples(d: DaemonState, stats: dict[str, int] | None) -> list[tuple[F
         "runs_watched": [((), d.runs)], "runs_retired": [((), d.retired)], "runs_dropped": [((), d.dropped_runs)],
         "last_poll": [((), d.last_poll)], "reloads": [((), d.reloads)],
         "poll_seconds": [((), d.poll_seconds)], "eval_waiting": [((), d.waiting_evaluation)],
+        "runs_judged": [((), d.runs_judged)],
         "shard_info": [((str(shard.index), str(shard.count)), 1)], "shards": [((), shard.count)],
         "other_shards": [((), shard.other_shards)], "waiting": [((), shard.waiting)]}
     if stats:

@@ -3,6 +3,8 @@ has spent ``eval_budget`` seconds, the runs left due go first in the next pass, 
 judged at once regardless, and the budget changes when records are judged, never what is found."""
 from __future__ import annotations
 
+import shutil
+
 from daemon_helpers import append, constant_reward, healthy
 
 from rlguard.daemon.budget import EvalBudget
@@ -168,3 +170,29 @@ def test_each_run_falls_due_from_its_own_evaluation_not_from_the_start_of_the_pa
     clock["fixed"] = 1095.0
     d.poll()
     assert [evaluations(d)[r] for r in order] == [2, 2, 2, 2, 1, 1]
+
+
+def test_runs_judged_shows_a_start_s_progress_and_counts_runs_judged_before_a_restart(tmp_path):
+    """``rlguard_runs_judged``: the watched runs whose rules judged a record. It grows run by run
+    during a first pass (a start's progress without scraping one series per run), leaves out a
+    run that has logged nothing, and counts the runs a restarted daemon took from its state."""
+    write_runs(tmp_path, 1, 12)
+    (tmp_path / "runs" / "empty").mkdir()
+    (tmp_path / "runs" / "empty" / "metrics.jsonl").write_text("")
+    d = make(tmp_path, 0)
+    assert gauge(d, "rlguard_runs_judged") == 0
+    seen, poll = [], d.budget.poll
+    d.budget.poll = lambda *a, **k: seen.append(d.runs_judged) or poll(*a, **k)
+    d.poll()
+    assert seen == sorted(seen) and seen[0] == 0 and len(set(seen)) >= RUNS  # one more at each run judged
+    assert gauge(d, "rlguard_runs_judged") == RUNS and gauge(d, "rlguard_runs_watched") == RUNS + 1
+    d.save(paced=False)
+    d.store.close()
+    again = make(tmp_path, 0)
+    again.discover()
+    assert gauge(again, "rlguard_runs_judged") == RUNS  # before any poll: from the saved state
+    gone = next(m for m in again.runs.values() if m.info.last_step is not None)
+    del again.runs[gone.path]  # a run retired or released meanwhile (and its dir gone: not found again)
+    shutil.rmtree(gone.run_dir)
+    again.poll()
+    assert gauge(again, "rlguard_runs_judged") == RUNS - 1 and gauge(again, "rlguard_runs_watched") == RUNS

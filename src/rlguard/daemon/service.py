@@ -84,6 +84,7 @@ class Daemon:
         self.control_token: str | None = None  # set when the HTTP surface starts (run_forever)
         self.address: tuple[str, int] | None = None  # where it listens, once it does
         self.closing = threading.Event()  # SIGTERM / SIGINT: the jobs under way finish early, and it saves
+        self.runs_judged = 0  # watched runs whose last step is known (rlguard_runs_judged)
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
@@ -97,6 +98,7 @@ class Daemon:
                 if self.fleet.place(found) == "mine":
                     taken += self._watch(found)
             lifecycle.say_history(self)
+            self.runs_judged = judged(self.runs.values())  # (runs taken from a saved state were judged)
             if taken and self.dispatcher is not None:
                 self.dispatcher.save_state()  # the groups taken over, before anything is told
             for msg in self.finder.errors[self._errors_logged:]:
@@ -163,7 +165,7 @@ class Daemon:
                               self.cfg.poll_interval)
         return DaemonState(len(self.runs), len(self.retired), self.dropped_runs, self.last_poll, self.reloads,
                            self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health,
-                           self.budget.last_pass, self.budget.waiting)
+                           self.budget.last_pass, self.budget.waiting, self.runs_judged)
 
     def status(self) -> dict[str, Any]:
         """What ``rlguard status`` shows (see :mod:`.control`)."""
@@ -192,12 +194,14 @@ class Daemon:
             with self.lock:
                 if self.fleet.released:  # stopping: its runs are other shards' now (see Fleet.released)
                     break
+                fresh = mon.info.last_step is None
                 try:
                     alerts, decisions, events = self.budget.poll(key, mon, self.clock(), self.cfg.eval_interval,
                                                                  self.cfg.quiet_interval)
                 except Exception as exc:  # noqa: BLE001 - one run must never blind the others
                     mon.failed(exc)
                     continue
+                self.runs_judged += fresh and mon.info.last_step is not None  # (a start's progress, live)
                 for ev in events:
                     log.info("%s: %s", mon.path, ev)
                 if lifecycle.judged_as_history(mon, alerts, self.cfg.stall_after):
@@ -215,6 +219,8 @@ class Daemon:
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
         saving.save_urgent(self, urgent, now)
+        with self.lock:  # counted again: runs retired, dropped or released since
+            self.runs_judged = judged(self.runs.values())
         self.budget.finish(time.perf_counter() - started)
 
     def stall(self) -> None:
@@ -352,3 +358,8 @@ class Daemon:
             logging.shutdown()
             os._exit(0)  # the stuck job's thread would keep the interpreter from exiting
         return 0
+
+
+def judged(runs) -> int:
+    """Of ``runs``, those whose rules have judged a record (their last step is known)."""
+    return sum(1 for m in runs if m.info.last_step is not None)

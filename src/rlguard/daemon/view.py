@@ -99,6 +99,7 @@ class DaemonState:
     health: Health
     poll_seconds: float = 0.0  # the last poll pass, reading and evaluation (see .budget)
     waiting_evaluation: int = 0  # runs due for the rules that the last pass left for the next
+    runs_judged: int = 0  # watched runs whose rules judged a record (here or before a restart)
 
 
 class DaemonView(Protocol):
