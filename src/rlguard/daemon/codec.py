@@ -26,7 +26,8 @@ def decode(text: str | bytes) -> Any:
     """The object of JSON ``text`` written by :func:`encode`, its packed float lists back as
     lists. Each dict is looked at once, as the parser builds it (``object_hook``), and lists
     are not walked: the walk over the parsed state that came before visited every number of
-    every run's state, a third of the CPU of a daemon's restart (``bench/daemon_restart.py``)."""
+    every run's state (a third of the CPU of building a restarted daemon's runs from 2,000 saved
+    states, under cProfile; ``bench/daemon_restart.py`` times the restart)."""
     return json.loads(text, object_hook=_unpacked)
 
 
