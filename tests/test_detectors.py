@@ -275,8 +275,8 @@ def _calm_and_faulty(level: float, noise: float, depth: tuple[float, float], see
     return calm, faulty
 
 
-def _minutes_with_and_without(name: str, params: dict, screen: str, series, monkeypatch):
-    """Each series scanned in chunks of 60 (a quiet run's minutes) with the whole-chunk screen
+def _minutes_with_and_without(name: str, params: dict, screen: str, series, monkeypatch, size: int = 60):
+    """Each series scanned in chunks of ``size`` (60: a quiet run's minutes) with the whole-chunk screen
     ``screen`` as it is, then switched off: ``[(with, without), ...]`` lists of scans, and what
     the screen answered (True: a sample could trigger), and alongside the pairs the detector's
     state after each chunk (what the next chunk starts from), in the same shape."""
@@ -294,8 +294,8 @@ def _minutes_with_and_without(name: str, params: dict, screen: str, series, monk
                     m.setattr(cls, screen, lambda self, *a: True)
                 det = cls(cls.Params(**params))
                 scans, after = [], []
-                for i in range(0, len(x), 60):
-                    scans.append(det.scan(Chunk(steps[i:i + 60], x[i:i + 60])))
+                for i in range(0, len(x), size):
+                    scans.append(det.scan(Chunk(steps[i:i + size], x[i:i + size])))
                     after.append(json.dumps(det.state_dict()))  # (signed zeros and all)
                 pair.append(scans)
                 states.append(after)
@@ -309,13 +309,15 @@ def _minutes_with_and_without(name: str, params: dict, screen: str, series, monk
     {"window": 3, "ref_window": 10, "max_ratio": 0.75, "min_sigmas": 6.0, "noise": "std"},
     {"window": 1, "ref_window": 5, "gap": 2, "max_ratio": 0.1, "min_sigmas": 2.0, "noise": "std"},
 ])
-def test_step_down_chunks_ruled_out_whole_keep_every_verdict(params, monkeypatch):
+@pytest.mark.parametrize("size", [60, 1, 7])
+def test_step_down_chunks_ruled_out_whole_keep_every_verdict(params, size, monkeypatch):
     """A step_down chunk whose every level stays above ``max_ratio`` x the largest value of its
     reference windows is judged fine whole (``_could_fall``): the same verdicts as computing
-    every reference, in chunks of 60, on a calm series and one with falls of every depth;
-    and most calm chunks are ruled out."""
+    every reference, in chunks of 60 (the vectorized path) and of 1 and 7 (a live run's, the
+    plain-float path), on a calm series and one with falls of every depth; and most calm
+    chunks are ruled out."""
     series = _calm_and_faulty(0.5, 0.02, (0.02, 1.0), len(params))
-    pairs, answers, _ = _minutes_with_and_without("step_down", params, "_could_fall", series, monkeypatch)
+    pairs, answers, _ = _minutes_with_and_without("step_down", params, "_could_fall", series, monkeypatch, size)
     for got, want in pairs:
         a, b = (np.concatenate([sc.verdict for sc in scans]) for scans in (got, want))
         assert np.array_equal(a, b), np.flatnonzero(a != b)[:5]
@@ -413,8 +415,9 @@ def _ref_steps_and_levels(name, params, values, size):
 def test_sample_by_sample_paths_compute_the_batch_numbers(name, params):
     """A live run's few records go through the detectors' sample-by-sample paths (chunks of up
     to 16); a replay through the vectorized one. Not only the verdicts: the statistic and the
-    reference of every sample agree bit for bit, except where the batch path screened a block
-    out (NaN there: no sample of it could trigger, so it computed nothing)."""
+    reference of every sample agree bit for bit, except where either path screened a chunk
+    out (NaN there: no sample of it could trigger, so it computed nothing); every triggered
+    sample is computed by both."""
     r = np.random.default_rng(11)
     n = 400
     x = np.abs(1.0 + 0.2 * r.standard_t(3, n)) * np.where(r.random(n) < 0.02, 8.0, 1.0)
@@ -426,7 +429,8 @@ def test_sample_by_sample_paths_compute_the_batch_numbers(name, params):
         vs, ss, fs = _scans(name, params, x, size)
         assert np.array_equal(vs, v), (size, np.flatnonzero(vs != v)[:5])
         for got, want in ((ss, s), (fs, f)):
-            known = ~np.isnan(want)
+            known = ~np.isnan(want) & ~np.isnan(got)
+            assert known[v == 1].all(), size
             assert np.array_equal(got[known], want[known]), (size, np.flatnonzero(got[known] != want[known])[:5])
         for got, want in zip(_ref_steps_and_levels(name, params, x, size), _ref_steps_and_levels(name, params, x, n)):
             assert np.array_equal(got, want, equal_nan=True), (size, np.flatnonzero(got != want)[:5])
@@ -493,8 +497,9 @@ def test_null_mean_of_a_few_records_computes_the_batch_numbers(monkeypatch):
     """The null-mean detector's plain-float path (a live run's chunks of up to 16) gives, chunk
     for chunk, the verdicts, means and standard errors its vectorized path gives, bit for bit
     (the running sums start at the kept tail, so other chunkings differ in the last bit: their
-    verdicts are compared); where the batch path rules a chunk out whole (too few negative
-    values in its windows), the same verdicts without the numbers."""
+    verdicts are compared). Both paths rule a chunk out whole where its windows cannot hold
+    enough negative values (a KL logged >= 0): the same verdicts, without the numbers, and the
+    same on both paths."""
     import rlguard.detectors.evidence as ev
 
     r = np.random.default_rng(3)
@@ -506,13 +511,18 @@ def test_null_mean_of_a_few_records_computes_the_batch_numbers(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(ev, "SMALL", 0)
             screened = _scans("null_mean", {"window": 30}, x, size)
+        with monkeypatch.context() as m:
             m.setattr(ev.NullMean, "_negatives_possible", lambda self, span: True)
+            unscreened = _scans("null_mean", {"window": 30}, x, size)
+            m.setattr(ev, "SMALL", 0)
             batch = _scans("null_mean", {"window": 30}, x, size)
-        assert np.array_equal(small[0], v), size
-        for got, want in zip(small, batch):
+        assert np.array_equal(small[0], v) and np.array_equal(unscreened[0], v), size
+        for got, want in zip(small, screened):
+            assert np.array_equal(got, want, equal_nan=True), size
+        for got, want in zip(unscreened, batch):
             assert np.array_equal(got, want), size
         # a chunk none of whose windows can hold enough negative values is judged fine whole
-        assert np.array_equal(screened[0], v) and np.isnan(screened[1]).sum() >= 100, size
+        assert np.array_equal(screened[0], v) and np.isnan(small[1]).sum() >= 100, size
 
 
 def test_gain_loss_of_a_few_records_computes_the_batch_numbers(monkeypatch):

@@ -248,7 +248,10 @@ class NullMean(Detector):
         (``np.cumsum`` adds in order) and the same operations, so the same doubles."""
         p, w, n = self.p, self.p.window, len(hist) - off
         verdict, stat, ref, level = [UNKNOWN] * n, [0.0] * n, [0.0] * n, values.tolist()
-        if len(hist) >= w:
+        if len(hist) >= w and not self._negatives_possible(np.array(hist[max(w, off + 1) - w:])):
+            for j in range(max(w, off + 1) - off - 1, n):  # as :meth:`scan`'s screen: every sample fine
+                verdict[j], stat[j], ref[j], level[j] = 0, math.nan, math.nan, math.nan
+        elif len(hist) >= w:
             c1 = [0.0, *accumulate(hist)]
             c2 = [0.0, *accumulate(v * v for v in hist)]
             cn = [0, *accumulate(int(v < 0) for v in hist)]

@@ -126,6 +126,10 @@ class StepDown(Rolling):
         e0 = max(off + 1, span)  # the first sample with a full reference: hist[:e] with e >= span
         if off + n < span:
             return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.full(n, np.nan), level=level)
+        if not self._could_fall(hist[e0 - span: off + n - back], level[e0 - off - 1:]):  # as :meth:`scan`
+            verdict = np.full(n, UNKNOWN, dtype=np.int8)
+            verdict[e0 - off - 1:] = 0  # every sample with a reference fine, no reference median taken
+            return Scan(verdict, np.full(n, np.nan), np.full(n, np.nan), level=level)
         med = rolling(hist[: off + n - back], p.ref_window, "median", last=off + n - e0 + 1).tolist()
         verdict, stat, ref = [], [], []
         for j, lv in enumerate(level.tolist()):
