@@ -203,6 +203,9 @@ class NullMean(Detector):
         hist = extend_tail(self.tail, chunk.values)
         n, off, w = len(chunk.values), len(hist) - len(chunk.values), p.window
         self.tail = keep_tail(hist, w - 1)
+        first = max(w, off + 1)  # the end of the first full window judged: hist[first - w: first]
+        if n and len(hist) >= w and not self._negatives_possible(hist[first - w:]):
+            return self._ruled_out(n, first - off - 1, chunk.values)
         if n <= SMALL:
             return self._scan_small(hist.tolist(), off, chunk.values)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
@@ -211,9 +214,6 @@ class NullMean(Detector):
         ok = end >= w
         if not ok.any():
             return Scan(verdict, stat, ref)
-        if not self._negatives_possible(hist[max(0, int(end[ok][0]) - w):]):
-            verdict[ok], stat[ok], ref[ok] = 0, np.nan, np.nan  # every sample fine, no mean or spread computed
-            return Scan(verdict, stat, ref, level=np.where(ok, stat, chunk.values))
         c1 = np.concatenate([[0.0], np.cumsum(hist)])
         c2 = np.concatenate([[0.0], np.cumsum(hist * hist)])
         cn = np.concatenate([[0], np.cumsum(hist < 0)])
@@ -226,6 +226,16 @@ class NullMean(Detector):
         verdict[ok] = trig
         stat[ok], ref[ok] = mean, se
         return Scan(verdict, stat, ref, level=np.where(ok, stat, chunk.values))
+
+    @staticmethod
+    def _ruled_out(n: int, k: int, values: np.ndarray) -> Scan:
+        """A chunk whose samples from ``k`` on (those with a full window) are all fine: no
+        mean or spread computed (NaN), the others without an opinion."""
+        verdict, stat, ref = np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.zeros(n)
+        verdict[k:], stat[k:], ref[k:] = 0, np.nan, np.nan
+        level = values.astype(float, copy=True)
+        level[k:] = np.nan
+        return Scan(verdict, stat, ref, level=level)
 
     def _negatives_possible(self, span: np.ndarray) -> bool:
         """Whether a window of the chunk could hold ``min_negative`` negative values, from
@@ -248,10 +258,7 @@ class NullMean(Detector):
         (``np.cumsum`` adds in order) and the same operations, so the same doubles."""
         p, w, n = self.p, self.p.window, len(hist) - off
         verdict, stat, ref, level = [UNKNOWN] * n, [0.0] * n, [0.0] * n, values.tolist()
-        if len(hist) >= w and not self._negatives_possible(np.array(hist[max(w, off + 1) - w:])):
-            for j in range(max(w, off + 1) - off - 1, n):  # as :meth:`scan`'s screen: every sample fine
-                verdict[j], stat[j], ref[j], level[j] = 0, math.nan, math.nan, math.nan
-        elif len(hist) >= w:
+        if len(hist) >= w:
             c1 = [0.0, *accumulate(hist)]
             c2 = [0.0, *accumulate(v * v for v in hist)]
             cn = [0, *accumulate(int(v < 0) for v in hist)]

@@ -82,6 +82,11 @@ class StepDown(Rolling):
         n, off = len(level), len(hist) - len(level)
         back = p.window + p.gap  # the reference ends this many samples back
         span = back + p.ref_window
+        e0 = max(off + 1, span)  # the first sample with a full reference: hist[:e] with e >= span
+        if n and off + n >= span and not self._could_fall(hist[e0 - span: off + n - back], level[e0 - off - 1:]):
+            verdict = np.full(n, UNKNOWN, dtype=np.int8)
+            verdict[e0 - off - 1:] = 0  # every sample with a reference fine, no reference median taken
+            return Scan(verdict, np.full(n, np.nan), np.full(n, np.nan), level=level)
         if 0 < n <= SMALL:  # a live run's few records: the same tests on plain floats
             return self._scan_small(hist, level, chunk.quantum)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
@@ -91,9 +96,6 @@ class StepDown(Rolling):
         if ok.any():
             e = end[ok]
             lv = level[ok]
-            if not self._could_fall(hist[e[0] - span: e[-1] - back], lv):
-                verdict[ok] = 0  # every sample fine, no reference median taken
-                return Scan(verdict, np.full(n, np.nan), ref, level=level)
             # the reference window ends where the level's window starts: a rolling median of
             # the history, read ``window + gap`` samples back (the upper median, as everywhere;
             # only at the positions read: a live run's one-record chunk needs one window)
@@ -126,10 +128,6 @@ class StepDown(Rolling):
         e0 = max(off + 1, span)  # the first sample with a full reference: hist[:e] with e >= span
         if off + n < span:
             return Scan(np.full(n, UNKNOWN, dtype=np.int8), np.zeros(n), np.full(n, np.nan), level=level)
-        if not self._could_fall(hist[e0 - span: off + n - back], level[e0 - off - 1:]):  # as :meth:`scan`
-            verdict = np.full(n, UNKNOWN, dtype=np.int8)
-            verdict[e0 - off - 1:] = 0  # every sample with a reference fine, no reference median taken
-            return Scan(verdict, np.full(n, np.nan), np.full(n, np.nan), level=level)
         med = rolling(hist[: off + n - back], p.ref_window, "median", last=off + n - e0 + 1).tolist()
         verdict, stat, ref = [], [], []
         for j, lv in enumerate(level.tolist()):
