@@ -113,8 +113,7 @@ def main(argv: list[str] | None = None) -> int:
                 r = got[name][-1]
                 print(f"  {name}: " + ", ".join(f"{p} {r[p] / args.runs * 1e3:.2f}" for p in PARTS)
                       + f" ms/run; watched {r['watched']}, judged {r['judged']}", flush=True)
-        med = {t: {p: statistics.median(r[p] for r in rs) / args.runs * 1e3 for p in PARTS + ("total",)
-                   if p != "total"} for t, rs in got.items()}
+        med = {t: {p: statistics.median(r[p] for r in rs) / args.runs * 1e3 for p in PARTS} for t, rs in got.items()}
         for t in med:
             med[t]["total"] = sum(med[t][p] for p in PARTS)
         for t, m in med.items():
