@@ -66,6 +66,9 @@ def emit(tmp: Path) -> None:
     shutil.rmtree(state)
     shutil.copytree(tmp / "state", state)
     import rlguard.daemon.service  # noqa: F401 (imports are not timed: the state's load is)
+    from rlguard.daemon import startup
+    if hasattr(startup, "tune_gc"):  # the collector as the daemon's process sets it (a tree before: the defaults)
+        startup.tune_gc()
     try:
         t0 = time.process_time()
         d = _daemon(tmp / "runs", state)

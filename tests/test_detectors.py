@@ -658,3 +658,47 @@ def test_threshold_fractional_only_computes_nothing_before_a_fraction_and_judges
         assert np.array_equal(v[first:], plain[0][first:]), size
         assert np.array_equal(stat[first:], plain[1][first:]) and np.array_equal(ref, plain[2]), size
     assert (plain[0][first:] == 1).any() and (plain[0][:first] == 1).any(), "both parts must trigger"
+
+
+@pytest.mark.parametrize("name", ["threshold", "streak", "share"])
+@pytest.mark.parametrize("bound", [{"above": 1.0}, {"below": 1e-8}, {"below": 0.5}, {"above": -2.0}])
+def test_a_point_detector_settles_a_chunk_from_its_range_exactly_where_no_value_meets_its_bound(name, bound):
+    """``settle`` (the engine's shortcut for a healthy chunk, from the metric's lowest and
+    highest value) says yes exactly where the scan finds no value meeting the bound, printed
+    resolution included (values on the bound, half a quantum and a float from it), and then
+    leaves the state the scan leaves, every sample judged fine. (A share also needs every
+    sample among the records it judges, and a share of hits below its own: the saved counts
+    are drawn on both sides of those.)"""
+    from rlguard.detectors.simple import compare
+
+    rng = np.random.default_rng(5)
+    b = next(iter(bound.values()))
+    cls = DETECTORS[name]
+    seen = set()
+    for _ in range(3000):
+        n = int(rng.integers(1, 12))
+        q = float(rng.choice([0.0, 1e-3, 0.01, 0.25]))
+        near = b + np.array([rng.choice([0.0, q / 2, -q / 2, 1e-12, -1e-12]) for _ in range(n)])
+        far = b + rng.normal(0, 1, n) * float(rng.choice([1e-9, 1e-3, 0.3, 3.0]))
+        x = np.where(rng.random(n) < 0.3, np.nextafter(near, rng.choice([-np.inf, np.inf])), far)
+        seen_n = int(rng.integers(9, 40))
+        k = int(rng.integers(0, 4))
+        state = {"k": k, "hits": k + int(rng.integers(0, 9)), "n": seen_n}  # (the streak's hits among the hits)
+        params = dict(bound, min_share=0.25, min_records=10, max_records=40) if name == "share" else bound
+        settling, scanning = cls(cls.Params(**params)), cls(cls.Params(**params))
+        for det in (settling, scanning):
+            det.load_state_dict(state if name != "threshold" else {})
+        settled = settling.settle(n, float(x.min()), float(x.max()), q)
+        verdict = scanning.scan(Chunk(np.arange(n), x, q)).verdict
+        no_hit = bool((compare(x, q, bound.get("above"), bound.get("below")) == 0).all())
+        if name == "share":  # (and the counts allow it)
+            no_hit = no_hit and 10 <= seen_n + 1 and seen_n + n <= 40 and state["hits"] / (seen_n + 1) < 0.25
+        assert settled == no_hit, (q, x.tolist(), state)
+        if settled:
+            assert (verdict == 0).all() and settling.state_dict() == scanning.state_dict(), (q, x.tolist())
+        seen.add(settled)
+    assert seen == {True, False}
+    lo = b - 10 if "above" in bound else b + 9  # (a range far on the fine side)
+    if name == "threshold":
+        for params in ({"window": 3, **bound}, {"fractional_only": True, **bound}):  # (a level, or a flag to keep)
+            assert not cls(cls.Params(**params)).settle(2, lo, lo + 1, 0.0)

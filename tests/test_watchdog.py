@@ -359,11 +359,12 @@ def _dpo_run(n: int = 400, guard_from: int = 150):
     return out
 
 
-def _with_and_without(monkeypatch, recs, chunk: int, owner, name: str, off):
-    """Two watchdogs fed ``recs`` in chunks of ``chunk``: one with ``owner.name`` as it is
-    (each call's first argument and result recorded), one with ``off`` in its place; after
-    checking that both gave the same alerts (step, rule, metric, status, value) and the same
-    saved state, the first one's alerts as tuples and the calls recorded."""
+def _with_and_without(monkeypatch, recs, chunk: int, owner, name: str, off, packs=None, every: bool = False):
+    """Two watchdogs (of ``packs``, the default pack by default) fed ``recs`` in chunks of
+    ``chunk``: one with ``owner.name`` as it is (each call's first argument and result
+    recorded), one with ``off`` in its place; after checking that both gave the same alerts
+    (step, rule, metric, status, value) and the same saved state (``every``: after every
+    chunk), the first one's alerts as tuples and the calls recorded."""
     calls = []
     real = getattr(owner, name)
 
@@ -373,19 +374,21 @@ def _with_and_without(monkeypatch, recs, chunk: int, owner, name: str, off):
         return got
 
     def run():
-        wd = Watchdog(run="twice")
+        wd, states = Watchdog(run="twice", packs=packs), []
         for i in range(0, len(recs), chunk):
             wd.ingest(recs[i:i + chunk])
-        return wd
+            if every or i + chunk >= len(recs):
+                states.append(json.dumps(wd.state_dict(), sort_keys=True, default=str))
+        return wd, states
 
     monkeypatch.setattr(owner, name, counted)
-    fast = run()
+    fast, fast_states = run()
     monkeypatch.setattr(owner, name, off)
-    slow = run()
+    slow, slow_states = run()
     got = [(a.step, a.rule, a.metric, a.status, a.value) for a in fast.alerts]
     assert repr(got) == repr([(a.step, a.rule, a.metric, a.status, a.value) for a in slow.alerts])  # (NaN values)
-    assert json.dumps(fast.state_dict(), sort_keys=True, default=str) == json.dumps(slow.state_dict(), sort_keys=True,
-                                                                                    default=str)
+    for k, (a, b) in enumerate(zip(fast_states, slow_states)):
+        assert a == b, f"saved state differs after chunk {k}"
     return got, calls
 
 
@@ -485,3 +488,66 @@ def test_a_rule_whose_detector_is_blind_to_a_chunk_is_skipped(monkeypatch, chunk
     assert sum(done for _, done in calls) >= 10, "rules warming up must be skipped, or the skipping is not tested"
     fired = {r for _, r, _, f, _ in got if f == "firing"}
     assert {"RLG-GRAD-EXPLOSION", "RLG-NONFINITE-LOSS", "RLG-REWARD-STEP-DOWN"} <= fired, fired
+
+
+@pytest.mark.parametrize("chunk", [1, 6, 25])
+def test_a_rule_that_settles_a_chunk_from_its_range_is_not_scanned(monkeypatch, chunk):
+    """A point rule (a threshold, a non-finite check) whose detector finds every sample of a
+    chunk fine from the metric's range alone (``RuleInstance.settle``) is not scanned: a young
+    GRPO run with faults gives the same alerts, steps and values, and the same saved state,
+    as scanning every chunk; the gradient-norm thresholds fire and resolve in between."""
+    from rlguard.engine import RuleInstance
+
+    got, calls = _with_and_without(monkeypatch, _young_grpo_run(), chunk, RuleInstance, "settle",
+                                   lambda self, col, span, first_step: False, every=True)
+    assert sum(done for _, done in calls) >= 600 // chunk, "healthy chunks must settle, or settling is not tested"
+    assert any(not done for _, done in calls)
+    fired = {(r, f) for _, r, _, f, _ in got}
+    assert {("RLG-GRAD-NORM-HUGE", "firing"), ("RLG-GRAD-NORM-HUGE", "resolved"),
+            ("RLG-NONFINITE-LOSS", "firing")} <= fired, fired
+
+
+@pytest.mark.parametrize("chunk", [1, 4, 50])
+def test_settling_keeps_warm_ups_minimum_samples_cool_downs_and_resumed_steps(monkeypatch, chunk, tmp_path):
+    """The bookkeeping a settled chunk leaves is evaluate()'s: samples muted by ``warmup_steps``
+    (a resumed run goes back below it) and ``min_samples`` are not judged, a cool-down runs out
+    only on judged samples, a rule with guards always evaluates, and a non-finite value makes
+    every rule of its metric evaluate. Same alerts, and the same saved state after every chunk
+    (the latest judged step is read only there while nothing is pending), as evaluating every
+    chunk."""
+    import random
+
+    from rlguard.engine import RuleInstance
+    from rlguard.rulespec import load_pack
+
+    p = tmp_path / "p.yaml"
+    p.write_text("""apiVersion: rlguard/v1
+pack: settle
+version: "1"
+rules:
+  - {id: T-HIGH, kind: kl_spike, severity: warning, description: KL above one for two records., metric: kl, detector: threshold,
+     params: {above: 1.0}, for: 2, warmup_steps: 8, min_samples: 5, cooldown: 3}
+  - {id: T-LOW, kind: kl_collapse, severity: warning, description: KL below 0.05 for three records., metric: kl, detector: threshold,
+     params: {below: 0.05}, for: 3, cooldown: 2, min_samples: 14}
+  - {id: T-GUARDED, kind: kl_spike, severity: info, description: KL above 0.9 while training., metric: kl, detector: threshold,
+     params: {above: 0.9}, for: 1, guards: [{metric: lr, above: 0.0, if_missing: fail}]}
+  - {id: T-NAN, kind: nonfinite, severity: critical, description: KL is not a finite number., metric: kl, detector: nonfinite,
+     params: {after_finite: true}}
+  - {id: T-STREAK, kind: kl_collapse, severity: warning, description: KL low for improbably long., metric: kl,
+     detector: streak, params: {below: 0.05, alpha: 0.001, min_streak: 3}}
+""")
+    rng = random.Random(4)
+    steps = list(range(1, 60)) + list(range(30, 90))  # a resume from step 30: warm-up steps again
+    recs = []
+    for i, s in enumerate(steps):
+        k = i % 20  # high 3 records, fine, high again (in the cool-down), low 4 records; values on the bounds
+        kl = 1.5 if k in (5, 6, 7, 9, 10) else 0.01 if 12 <= k <= 15 else 1.0 if k == 17 else 0.05 if k == 18 \
+            else 0.5 + 0.1 * rng.random()
+        if i in (40, 77):
+            kl = math.nan
+        recs.append(LogRecord(s, {"kl": kl, **({"lr": 1e-6} if i > 20 else {})}, i + 1))
+    got, calls = _with_and_without(monkeypatch, recs, chunk, RuleInstance, "settle",
+                                   lambda self, col, span, first_step: False, packs=[load_pack(p)], every=True)
+    assert sum(done for _, done in calls) >= 40 // chunk and any(not done for _, done in calls)
+    fired = {r for _, r, _, f, _ in got if f == "firing"}
+    assert {"T-HIGH", "T-LOW", "T-GUARDED", "T-NAN", "T-STREAK"} <= fired, got

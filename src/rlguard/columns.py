@@ -30,6 +30,21 @@ class Column:
     _finite: bool | None = None  # every value finite (computed once, read by every rule)
     _min_step: int | None = None  # the lowest step (computed once: rules' warm-up test)
     _has_zero: bool | None = None  # a value is 0 (computed once: rules that ignore zeros)
+    _span: tuple[float, float] | bool | None = None  # (lowest, highest); False: a value is not finite
+
+    def span(self) -> tuple[float, float] | None:
+        """(lowest, highest value), None where a value is not finite: computed once, read by
+        every rule whose detector may settle the chunk from it (``Detector.settle``)."""
+        if self._span is None:
+            v = self.values
+            if not self.all_finite() or not len(v):
+                self._span = False
+            elif len(v) <= 64:  # (a live run's few values: plain floats cost less than two numpy calls)
+                lv = v.tolist()
+                self._span = (min(lv), max(lv))
+            else:
+                self._span = (float(v.min()), float(v.max()))
+        return self._span or None
 
     def all_finite(self) -> bool:
         if self._finite is None:

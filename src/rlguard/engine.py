@@ -48,10 +48,12 @@ class RuleInstance:
     feed: Feed | None = field(default=None, init=False, repr=False)  # lends the detector its tail
     kept: int = 0  # how much of the feed the detector's tail is (see rlguard.feeds)
     warms: bool = field(default=False, init=False, repr=False)  # may the detector be blind (see skip)
+    settles: bool = field(default=False, init=False, repr=False)  # may it settle a chunk from its range
 
     def __post_init__(self) -> None:
         self.detector = DETECTORS[self.rule.detector](self.rule.detector_params())
         self.warms = type(self.detector).blind is not Detector.blind
+        self.settles = type(self.detector).settle is not Detector.settle
 
     def borrow_from(self, feeds: Feeds) -> "RuleInstance":
         """Read the metric's recent values from the run's shared feed (when the detector can)."""
@@ -86,6 +88,31 @@ class RuleInstance:
         if not n or not det.blind(n, self.kept if self.feed is not None else len(getattr(det, "tail", ()))):
             return False
         self.pass_over(col)
+        return True
+
+    def settle(self, col: Column, span: tuple[float, float] | None, first_step: int) -> bool:
+        """A chunk every sample of which the rule judges fine, decided from the metric's range
+        (``span``: ``Column.span``, None where a value is not finite) by ``Detector.settle``,
+        while nothing is pending, firing or cooling down: what :meth:`evaluate` leaves (the
+        counts, the latest judged step), without a scan, a guard or the life cycle; False, and
+        nothing changed, where it cannot say (the caller evaluates). A rule with guards or
+        zeros to drop evaluates: its muted or dropped samples would be no opinion, not fine."""
+        r = self.rule
+        if span is None or self.firing or self.run or self.cool or r.guards or (r.ignore_zero and col.has_zero()):
+            return False
+        if not self.detector.settle(len(col.values), span[0], span[1], col.quantum):
+            return False
+        steps = col.steps
+        last = len(steps) - 1  # the latest judged sample: min_samples and warmup_steps mute some (see evaluate)
+        while last >= 0 and (self.samples + last + 1 < r.min_samples
+                             or (r.warmup_steps and steps[last] < first_step + r.warmup_steps)):
+            last -= 1
+        if last >= 0:
+            self.last_step = int(steps[last])
+        self.samples += len(steps)
+        self.last_seen = int(steps[-1])
+        if self.feed is not None:  # (the detector's tail, lent and unread, is what it kept)
+            self.kept = self.feed.noted(col.values, steps, self.kept)
         return True
 
     def pass_over(self, col: Column) -> None:

@@ -132,6 +132,7 @@ class Watchdog:
     def _evaluate_metric(self, name: str, col: Column, cols: dict[str, Column], pending: list,
                          new_alerts: list) -> None:
         plan = self.plan
+        first_step = self.first_step or 0
         for rule, key in plan.rules_for(name):
             if name not in rule.metrics and not self._wild_applies(rule, name, col, key):
                 continue
@@ -141,6 +142,8 @@ class Watchdog:
                 if rule.id in plan.wild and hasattr(inst.detector, "seen_finite"):
                     inst.detector.seen_finite = name in self._finite_seen  # built late: told the past
             if inst.skip(col):  # a detector still warming up: nothing to judge, no guards built
+                continue
+            if inst.settles and inst.settle(col, col.span(), first_step):  # every sample fine, from the range
                 continue
             comp, coincidence = plan.shapes[rule.id]
             if rule.guards and not (comp or coincidence) and self._never_logged_guard(rule, cols):
@@ -152,7 +155,7 @@ class Watchdog:
                 guards = lambda idx, rule=rule, col=col: self._guards(rule, col, cols, idx)  # noqa: E731
             else:
                 guards = self._guards(rule, col, cols) if rule.guards else None
-            events = inst.evaluate(col, self.first_step or 0, companion, guards)
+            events = inst.evaluate(col, first_step, companion, guards)
             if not events:
                 continue
             unchecked = self._unchecked(rule, col, cols)

@@ -101,6 +101,14 @@ class Streak(Detector):
             self.k, self.n, self.hits = k, seen, met
         return Scan(np.array(verdict, dtype=np.int8), np.array(stat), np.array(ref))
 
+    def settle(self, n, lo, hi, quantum) -> bool:
+        """No value of the range meets the condition (``Condition.never_met``): the streak ends,
+        every sample is judged fine, the counts move on (the scan's path of a chunk without a hit)."""
+        if not self.p.never_met(lo, hi, quantum):
+            return False
+        self.k, self.n = 0, self.n + n
+        return True
+
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} = {fmt(value)}: {int(stat)} records in a row {self.p.words()}, where this run's own "
                 f"rate ({ref * 100:.2g}% of records) makes such a streak a 1-in-{fmt(1 / ref ** stat)} chance")
@@ -152,6 +160,17 @@ class Share(Detector):
         hit = compare(chunk.values, chunk.quantum, self.p.above, self.p.below).tolist()
         self.n += len(hit) - hit.count(UNKNOWN)
         self.hits += hit.count(1)
+        return True
+
+    def settle(self, n, lo, hi, quantum) -> bool:
+        """No value of the range meets the condition (``Condition.never_met``), every sample
+        falls within the records judged, and the share at the first of them, the highest (the
+        hits stay, the count grows), is below ``min_share``: every sample fine; the count moves on."""
+        p = self.p
+        if not (p.min_records <= self.n + 1 and self.n + n <= p.max_records
+                and self.hits / (self.n + 1) < p.min_share and p.never_met(lo, hi, quantum)):
+            return False
+        self.n += n
         return True
 
     def _scan_small(self, hits: list[int]) -> Scan:

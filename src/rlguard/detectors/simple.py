@@ -36,6 +36,11 @@ class NonFinite(Detector):
         self.seen_finite = self.seen_finite or bool(finite.any())
         return Scan(verdict, chunk.values, np.zeros(len(bad)))
 
+    def settle(self, n, lo, hi, quantum) -> bool:
+        """Finite values only: every sample fine (and, from now on, the metric has been finite)."""
+        self.seen_finite = True
+        return True
+
     def state_dict(self):
         return {"seen_finite": self.seen_finite} if self.p.after_finite else {}
 
@@ -86,6 +91,14 @@ class Condition(Params):
     def words(self) -> str:
         """"above X" or "below X", as messages say it."""
         return f"above {fmt(self.above)}" if self.above is not None else f"below {fmt(self.below)}"
+
+    def never_met(self, lo: float, hi: float, quantum: float) -> bool:
+        """Whether :func:`compare` says "no" of every value in ``[lo, hi]`` (finite): the whole
+        range on the fine side of the bound by half the print's resolution. ``x + half`` grows
+        with ``x``, in floats too, so the highest value (the lowest, for ``below``) decides for
+        all, bit for bit (``Detector.settle``)."""
+        half = quantum / 2.0
+        return hi + half <= self.above if self.above is not None else lo - half >= self.below
 
 
 @register
@@ -158,6 +171,12 @@ class Threshold(Detector):
         if self.p.window > 1:
             self.tail = keep_tail(extend_tail(self.tail, chunk.values), self.p.window - 1)
         return True
+
+    def settle(self, n, lo, hi, quantum) -> bool:
+        """A threshold on the raw values (no window, every sample judged) whose bound no value
+        of the range meets (``Condition.never_met``). Its tail, lent and never read, stays as lent."""
+        p = self.p
+        return p.window == 1 and not p.fractional_only and p.never_met(lo, hi, quantum)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         p = self.p
