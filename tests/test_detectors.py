@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from rlguard.detectors import DETECTORS, Chunk
+from rlguard.detectors import DETECTORS, Chunk, Detector
 
 rng = np.random.default_rng(7)
 N = 240
@@ -609,6 +609,45 @@ def test_a_detector_blind_to_a_chunk_advances_to_the_state_its_scan_leaves():
                             "gain_loss"}, skipped
 
 
+def test_a_detector_that_settles_a_chunk_from_its_range_leaves_the_state_and_verdicts_of_its_scan():
+    """``Detector.settle`` lets the engine judge a healthy chunk from the metric's range (and the
+    detector's own tail) instead of a scan. For every detector of the shipped packs, fed series
+    in random chunks (a fall, a burst, zeros, a flat coefficient), a copy settles each chunk
+    before it is scanned: wherever it gives a verdict, the scan gives that verdict to every
+    sample and leaves the same state."""
+    import copy
+
+    r = np.random.default_rng(29)
+    x = np.abs(1.0 + 0.2 * r.standard_t(3, 400)) * np.where(r.random(400) < 0.02, 8.0, 1.0)
+    x[250:] *= 0.3
+    x[300:320] *= 40.0
+    x[340:] *= 0.01
+    x[::37] = 0.0
+    series = [x, -0.01 + 0.02 * r.standard_normal(400), np.where(r.random(400) < 0.3, 0.0, 1.0),
+              np.r_[np.full(100, 0.04), np.full(50, 0.0399), np.full(50, 1e-4)], 0.9 + 0.05 * r.standard_normal(300)]
+    settled: dict[str, int] = {}
+    for name, params in _pack_detectors():
+        cls = DETECTORS[name]
+        if cls.companion_param is not None or cls.settle is Detector.settle:
+            continue
+        for values in series:
+            steps = np.arange(1, len(values) + 1, dtype=np.int64)
+            scanning, i = cls(params), 0
+            while i < len(values):
+                size = int(r.choice([1, 2, 6, 10, 16, 60]))
+                v = values[i:i + size]
+                quantum = float(r.choice([0.0, 0.0, 1e-4]))
+                settling = copy.deepcopy(scanning)
+                got = settling.settle(v, float(v.min()), float(v.max()), quantum)
+                want = scanning.scan(Chunk(steps[i:i + size], v, quantum))
+                if got is not None:
+                    assert (want.verdict == got).all(), (name, params, i, size, got, want.verdict)
+                    assert repr(settling.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
+                    settled[name] = settled.get(name, 0) + 1
+                i += size
+    assert set(settled) >= {"threshold", "streak", "share", "nonfinite", "drop_from_peak", "collapse"}, settled
+
+
 @pytest.mark.parametrize("refresh", [1, 7])
 def test_spike_decile_spread_skipped_until_the_loss_is_negative_changes_no_number(refresh, monkeypatch):
     """The ``deciles`` surrogate reads the decile spread only once the loss has been negative,
@@ -688,7 +727,7 @@ def test_a_point_detector_settles_a_chunk_from_its_range_exactly_where_no_value_
         settling, scanning = cls(cls.Params(**params)), cls(cls.Params(**params))
         for det in (settling, scanning):
             det.load_state_dict(state if name != "threshold" else {})
-        settled = settling.settle(n, float(x.min()), float(x.max()), q)
+        settled = settling.settle(x, float(x.min()), float(x.max()), q) is not None
         verdict = scanning.scan(Chunk(np.arange(n), x, q)).verdict
         no_hit = bool((compare(x, q, bound.get("above"), bound.get("below")) == 0).all())
         if name == "share":  # (and the counts allow it)
@@ -701,4 +740,4 @@ def test_a_point_detector_settles_a_chunk_from_its_range_exactly_where_no_value_
     lo = b - 10 if "above" in bound else b + 9  # (a range far on the fine side)
     if name == "threshold":
         for params in ({"window": 3, **bound}, {"fractional_only": True, **bound}):  # (a level, or a flag to keep)
-            assert not cls(cls.Params(**params)).settle(2, lo, lo + 1, 0.0)
+            assert cls(cls.Params(**params)).settle(np.array([lo, lo + 1]), lo, lo + 1, 0.0) is None

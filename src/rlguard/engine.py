@@ -91,28 +91,36 @@ class RuleInstance:
         return True
 
     def settle(self, col: Column, span: tuple[float, float] | None, first_step: int) -> bool:
-        """A chunk every sample of which the rule judges fine, decided from the metric's range
-        (``span``: ``Column.span``, None where a value is not finite) by ``Detector.settle``,
-        while nothing is pending, firing or cooling down: what :meth:`evaluate` leaves (the
-        counts, the latest judged step), without a scan, a guard or the life cycle; False, and
-        nothing changed, where it cannot say (the caller evaluates). A rule with guards or
-        zeros to drop evaluates: its muted or dropped samples would be no opinion, not fine."""
+        """A chunk whose every verdict the detector tells from the metric's range (``span``:
+        ``Column.span``, None where a value is not finite) and its own state, by
+        ``Detector.settle`` (its tail lent, as for a scan), while nothing is pending, firing or
+        cooling down: what :meth:`evaluate` leaves (the counts; the latest judged step, where
+        every sample is fine), without a scan, a guard or the life cycle; False, and nothing
+        changed, where it cannot tell (the caller evaluates). A rule with guards or zeros to
+        drop evaluates: its muted or dropped samples would be no opinion, not fine."""
         r = self.rule
         if span is None or self.firing or self.run or self.cool or r.guards or (r.ignore_zero and col.has_zero()):
             return False
-        if not self.detector.settle(len(col.values), span[0], span[1], col.quantum):
+        feed, det, values, steps = self.feed, self.detector, col.values, col.steps
+        if feed is not None:
+            feed.lend(det, self.kept)
+        verdict = det.settle(values, span[0], span[1], col.quantum)
+        if feed is not None:
+            if verdict is None:
+                release(det)
+            else:
+                self.kept = feed.take_back(det, values, steps)
+        if verdict is None:
             return False
-        steps = col.steps
-        last = len(steps) - 1  # the latest judged sample: min_samples and warmup_steps mute some (see evaluate)
-        while last >= 0 and (self.samples + last + 1 < r.min_samples
-                             or (r.warmup_steps and steps[last] < first_step + r.warmup_steps)):
-            last -= 1
-        if last >= 0:
-            self.last_step = int(steps[last])
+        if verdict == FINE:
+            last = len(steps) - 1  # the latest judged sample: min_samples and warmup_steps mute some (see evaluate)
+            while last >= 0 and (self.samples + last + 1 < r.min_samples
+                                 or (r.warmup_steps and steps[last] < first_step + r.warmup_steps)):
+                last -= 1
+            if last >= 0:
+                self.last_step = int(steps[last])
         self.samples += len(steps)
         self.last_seen = int(steps[-1])
-        if self.feed is not None:  # (the detector's tail, lent and unread, is what it kept)
-            self.kept = self.feed.noted(col.values, steps, self.kept)
         return True
 
     def pass_over(self, col: Column) -> None:

@@ -55,12 +55,6 @@ class Feed:
         the detector holds nothing until the next scan."""
         kept = len(det.tail)
         release(det)
-        return self.noted(values, steps, kept)
-
-    def noted(self, values: np.ndarray, steps: np.ndarray, kept: int) -> int:
-        """A borrower took in ``values`` (logged at ``steps``) and keeps ``kept`` of the feed
-        (:meth:`take_back`'s end; a detector that settled a chunk without a scan keeps what it
-        had): the chunk is appended at :meth:`commit` all the same."""
         if self._new is None:
             self._new = (values, steps)
         if kept > self._need:

@@ -101,15 +101,17 @@ class Detector(ABC):
         blind too. False (the default): the engine scans."""
         return False
 
-    def settle(self, n: int, lo: float, hi: float, quantum: float) -> bool:
-        """Take in a chunk of ``n`` finite values, all within ``[lo, hi]`` (printed at ``quantum``),
-        where that range alone shows every sample fine, leaving the state a :meth:`scan` would
-        leave, and say True; False (the default: nothing taken in) where it does not, or where
-        the detector cannot tell from a range, and the engine scans. The range is the metric's
-        (``Column.span``), computed once for all its rules: a healthy record, far from a bound,
-        is then judged by a comparison per rule instead of a scan per rule. Every sample must
-        be judged fine, none left without an opinion: the engine counts them as judged."""
-        return False
+    def settle(self, values: np.ndarray, lo: float, hi: float, quantum: float) -> int | None:
+        """Take in a chunk of finite ``values``, all within ``[lo, hi]`` (printed at
+        ``quantum``), where that range (and the detector's own state: its tail is lent, as for
+        a scan) shows the verdict of every sample without judging each, leaving the state a
+        :meth:`scan` would leave, and return that verdict: FINE for all, or UNKNOWN for all;
+        None (the default: nothing taken in) where it does not show one, or the detector cannot
+        tell from a range, and the engine scans. The range is the metric's (``Column.span``),
+        computed once for all its rules: a healthy record, far from a bound, is then judged by
+        a comparison or two per rule instead of a scan per rule. A bound from the range may be
+        loose (None where a scan might still find all fine), never wrong."""
+        return None
 
     @abstractmethod
     def describe(self, metric: str, value: float, stat: float, ref: float,

@@ -24,7 +24,7 @@ from itertools import accumulate
 import numpy as np
 from pydantic import Field
 
-from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, register,
+from .base import (FINE, SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, register,
                    tail_list)
 from .simple import Condition, compare
 
@@ -101,13 +101,13 @@ class Streak(Detector):
             self.k, self.n, self.hits = k, seen, met
         return Scan(np.array(verdict, dtype=np.int8), np.array(stat), np.array(ref))
 
-    def settle(self, n, lo, hi, quantum) -> bool:
+    def settle(self, values, lo, hi, quantum) -> int | None:
         """No value of the range meets the condition (``Condition.never_met``): the streak ends,
         every sample is judged fine, the counts move on (the scan's path of a chunk without a hit)."""
         if not self.p.never_met(lo, hi, quantum):
-            return False
-        self.k, self.n = 0, self.n + n
-        return True
+            return None
+        self.k, self.n = 0, self.n + len(values)
+        return FINE
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         return (f"{metric} = {fmt(value)}: {int(stat)} records in a row {self.p.words()}, where this run's own "
@@ -162,16 +162,16 @@ class Share(Detector):
         self.hits += hit.count(1)
         return True
 
-    def settle(self, n, lo, hi, quantum) -> bool:
+    def settle(self, values, lo, hi, quantum) -> int | None:
         """No value of the range meets the condition (``Condition.never_met``), every sample
         falls within the records judged, and the share at the first of them, the highest (the
         hits stay, the count grows), is below ``min_share``: every sample fine; the count moves on."""
-        p = self.p
+        p, n = self.p, len(values)
         if not (p.min_records <= self.n + 1 and self.n + n <= p.max_records
                 and self.hits / (self.n + 1) < p.min_share and p.never_met(lo, hi, quantum)):
-            return False
+            return None
         self.n += n
-        return True
+        return FINE
 
     def _scan_small(self, hits: list[int]) -> Scan:
         """:meth:`scan` of a live run's few records in plain ints and floats (the same shares)."""

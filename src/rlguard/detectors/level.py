@@ -54,6 +54,18 @@ class DropFromPeak(Detector):
             self.peak, self.peak_step = float(run[-1]), int(peak_step[-1])
         return Scan(verdict.astype(np.int8), ratio, run, peak_step.astype(np.int64))
 
+    def settle(self, values, lo, hi, quantum) -> int | None:
+        """No value above the peak (none makes a new one), and the lowest, plus half the print's
+        resolution, above ``max_ratio`` of it: every ratio is at least that one's (``x + half``
+        and its quotient by the peak grow with ``x``), so every sample is fine and the peak
+        stays. A peak not above ``min_peak`` that no value raises: no opinion on any."""
+        peak, p = self.peak, self.p
+        if not hi <= peak:
+            return None
+        if peak <= p.min_peak:
+            return UNKNOWN
+        return FINE if peak > 0 and (lo + quantum / 2.0) / peak > p.max_ratio else None
+
     def _scan_small(self, values: list[float], steps: list[int], half: float) -> Scan:
         """:meth:`scan` of a live run's few records in plain floats: the same running peak,
         ratios and tests."""
@@ -102,8 +114,11 @@ class Rolling(Detector):
 
     def _advance_levels(self, chunk: Chunk, keep: int) -> None:
         """The state :meth:`_levels` leaves (the tail and the count), without the levels."""
-        self.seen += len(chunk.values)
-        self.tail = keep_tail(extend_tail(self.tail, chunk.values), keep)
+        self._advance_levels_of(chunk.values, keep)
+
+    def _advance_levels_of(self, values: np.ndarray, keep: int) -> None:
+        self.seen += len(values)
+        self.tail = keep_tail(extend_tail(self.tail, values), keep)
 
     def state_dict(self):
         return {"tail": tail_list(self.tail), "seen": self.seen}
@@ -233,6 +248,32 @@ class Collapse(Rolling):
             above = 0 if old > p.min_reference else next((j for j, c in enumerate(cands) if c > p.min_reference), n)
             verdict[max(p.min_history - 1 - first, above, 0):] = FINE
         return Scan(verdict, nan, nan.copy(), level=level)
+
+    def settle(self, values, lo, hi, quantum) -> int | None:
+        """Every level and every reference candidate of the chunk is a median of values its
+        window holds (the tail's last ones and the chunk's), so lies within their range: where
+        the highest of those cannot beat the reference (no new peak: it stays, and so does its
+        step) and the lowest, plus half the print's resolution, is above ``max_ratio`` of it, no
+        sample can trigger. Then, judged from ``min_history`` with a reference above
+        ``min_reference``, every sample is fine, or, for a rule with calm tests (which judge
+        only would-be triggers), none gets an opinion; the tail and the count move on."""
+        p, ref = self.p, self.ref
+        if not (ref > 0 and ref > p.min_reference):
+            return None
+        span = max(p.window, p.ref_window or 1) - 1  # (the tail's values a window of the chunk reaches)
+        tail = self.tail[len(self.tail) - span:] if span else ()
+        if len(tail):
+            held = tail.tolist() if isinstance(tail, np.ndarray) else list(tail)
+            low, high = min(lo, min(held)), max(hi, max(held))
+        else:
+            low, high = lo, hi
+        if not high <= ref or self._could_collapse(low + quantum / 2.0, ref):
+            return None
+        calm = p.max_spread is not None or p.recent_ratio is not None
+        if not calm and self.seen < p.min_history - 1:
+            return None  # (the first samples: no opinion, the later ones fine)
+        self._advance_levels_of(values, max(p.window, p.ref_window or 1, p.spread_window + 1 if calm else 1) - 1)
+        return UNKNOWN if calm else FINE
 
     def _could_collapse(self, low: float, top: float) -> bool:
         """Whether any level of the chunk could be ``max_ratio`` of its reference, from the

@@ -36,10 +36,10 @@ class NonFinite(Detector):
         self.seen_finite = self.seen_finite or bool(finite.any())
         return Scan(verdict, chunk.values, np.zeros(len(bad)))
 
-    def settle(self, n, lo, hi, quantum) -> bool:
+    def settle(self, values, lo, hi, quantum) -> int | None:
         """Finite values only: every sample fine (and, from now on, the metric has been finite)."""
         self.seen_finite = True
-        return True
+        return FINE
 
     def state_dict(self):
         return {"seen_finite": self.seen_finite} if self.p.after_finite else {}
@@ -172,11 +172,11 @@ class Threshold(Detector):
             self.tail = keep_tail(extend_tail(self.tail, chunk.values), self.p.window - 1)
         return True
 
-    def settle(self, n, lo, hi, quantum) -> bool:
+    def settle(self, values, lo, hi, quantum) -> int | None:
         """A threshold on the raw values (no window, every sample judged) whose bound no value
         of the range meets (``Condition.never_met``). Its tail, lent and never read, stays as lent."""
         p = self.p
-        return p.window == 1 and not p.fractional_only and p.never_met(lo, hi, quantum)
+        return FINE if p.window == 1 and not p.fractional_only and p.never_met(lo, hi, quantum) else None
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         p = self.p
