@@ -624,7 +624,12 @@ def test_a_detector_that_settles_a_chunk_from_its_range_leaves_the_state_and_ver
     x[340:] *= 0.01
     x[::37] = 0.0
     series = [x, -0.01 + 0.02 * r.standard_normal(400), np.where(r.random(400) < 0.3, 0.0, 1.0),
-              np.r_[np.full(100, 0.04), np.full(50, 0.0399), np.full(50, 1e-4)], 0.9 + 0.05 * r.standard_normal(300)]
+              np.r_[np.full(100, 0.04), np.full(50, 0.0399), np.full(50, 1e-4)], 0.9 + 0.05 * r.standard_normal(300),
+              np.tile(np.r_[np.full(70, 1.0), np.full(15, 0.05), np.full(25, 1.0), np.full(10, 0.3)], 3)
+              * (1 + 0.01 * r.standard_normal(360)),  # (clean steps down: a scan triggers right after calm chunks)
+              np.tile(np.r_[np.full(14, 0.02), np.full(14, 1.0), np.full(6, 0.02)], 12)
+              * (1 + 0.01 * r.standard_normal(408)),  # (a low tail, then a rise and a fall inside one chunk)
+              np.where(np.arange(500) % 23 == 22, 60.0, 1.0) * (1 + 0.01 * r.standard_normal(500))]  # (spikes)
     settled: dict[str, int] = {}
     for name, params in _pack_detectors():
         cls = DETECTORS[name]
@@ -645,7 +650,9 @@ def test_a_detector_that_settles_a_chunk_from_its_range_leaves_the_state_and_ver
                     assert repr(settling.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
                     settled[name] = settled.get(name, 0) + 1
                 i += size
-    assert set(settled) >= {"threshold", "streak", "share", "nonfinite", "drop_from_peak", "collapse"}, settled
+    assert set(settled) >= {"threshold", "streak", "share", "nonfinite", "drop_from_peak", "collapse", "step_down", "spike",
+                            "growth"}, \
+        settled
 
 
 @pytest.mark.parametrize("refresh", [1, 7])

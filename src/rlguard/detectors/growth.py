@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import sorted_unique, window_max
-from .base import SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
+from .base import FINE, SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
 from .level import Rolling
 
 
@@ -75,7 +75,8 @@ class Growth(Rolling):
         block = absolute - absolute % p.refresh  # samples of a block share one baseline
         end = block - first + off - p.lag  # baseline = hist[end - baseline_window: end]
         lower = level - chunk.quantum / 2.0
-        if end[0] >= p.baseline_window and not self._possible_anywhere(hist[end[0] - p.baseline_window: end[-1]], lower):
+        if end[0] >= p.baseline_window and not self._possible_anywhere(
+                float(hist[end[0] - p.baseline_window: end[-1]].min()), float(lower.max())):
             self._block = None  # every sample fine, no baseline computed (as for blocks screened out one by one)
             nan = np.full(n, np.nan)
             return Scan(np.zeros(n, dtype=np.int8), nan, nan.copy(), level=level)
@@ -184,14 +185,38 @@ class Growth(Rolling):
             self._block = None if fine is not None and fine[-1] else (int(block[-1]), float(base[-1]), float(top[-1]))
         return base, top, fine
 
-    def _possible_anywhere(self, span: np.ndarray, lower: np.ndarray) -> bool:
-        """Whether :meth:`_baseline` would need any median, from ``span``, every value any of the
-        chunk's baseline windows holds (every window full): a window's minimum is at least the
-        span's, so where the span is positive and the chunk's highest level cannot reach
-        ``min_factor`` x its minimum (or ``min_value``), no sample can trigger."""
-        lo = float(span.min())
-        top = float(lower.max())
+    def _possible_anywhere(self, lo: float, top: float) -> bool:
+        """Whether :meth:`_baseline` would need any median, from ``lo``, the least value any of
+        the chunk's baseline windows holds (every window full), and ``top``, the highest level
+        (less half the print's resolution): a window's minimum is at least ``lo``, so where it
+        is positive and ``top`` cannot reach ``min_factor`` x it (or ``min_value``), no sample
+        can trigger."""
         return not (lo > 0 and (top < 0.999 * self.p.min_factor * lo or top <= self.p.min_value))
+
+    def settle(self, values, lo, hi, quantum) -> int | None:
+        """The scan's whole-chunk screen (:meth:`_possible_anywhere`) from ranges, where every
+        sample's baseline window is full: the least value those windows hold (the tail's, and
+        the chunk's lowest where they reach into it) and a bound on the highest level (a median
+        of values its window holds: the tail's last ones and the chunk's). No sample can
+        trigger: every one fine (a positive baseline gives every ratio a value); the tail and
+        the count move on."""
+        p, tail, n = self.p, self.tail, len(values)
+        held, a, r = len(tail), self.seen + n - 1, p.refresh
+        end0 = held - self.seen % r - p.lag  # where the first sample's baseline window ends in tail + values
+        end1 = end0 + (a - a % r) - (self.seen - self.seen % r)  # ... the last sample's
+        if end0 < p.baseline_window:
+            return None
+        t = tail.tolist() if isinstance(tail, np.ndarray) else list(tail)
+        base = t[end0 - p.baseline_window: min(end1, held)]
+        least = min(base) if base else lo
+        if end1 > held:
+            least = min(least, lo)
+        top = max([hi, *t[max(0, held - p.window + 1):]]) if p.window > 1 else hi
+        if self._possible_anywhere(least, top - quantum / 2.0):
+            return None
+        self._advance_levels_of(values, self._keep())
+        self._block = None
+        return FINE
 
     def _possible(self, lower: np.ndarray, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
         """Where a sample could trigger against a positive baseline window, from its minimum

@@ -19,7 +19,7 @@ from pydantic import Field
 
 from ..stats import (MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_finite, sorted_mad, sorted_median,
                      sorted_quantile, sorted_unique, window_max)
-from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude,
+from .base import (FINE, SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude,
                    nanmax, quantile_rows, register, tail_list, windows)
 
 
@@ -70,8 +70,11 @@ class Spike(Detector):
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
-        if local[0] >= p.window and not self._possible_anywhere(hist[local[0] - p.window: local[-1]], chunk):
-            return self._all_fine(chunk)  # (every window full: the first block's is)
+        if local[0] >= p.window:  # (every window full: the first block's is)
+            span = hist[local[0] - p.window: local[-1]]
+            if not self._possible_anywhere(float(span.min()), float(span.max()), chunk.values.min(),
+                                           chunk.values.max(), chunk.quantum):
+                return self._all_fine(chunk)
         have = np.minimum(start, p.window)
         spread_needed = self._spread_needed(float(chunk.values.min()) if n else np.inf)
         med, mad, top, sd = self._baseline(hist, start, local, have, chunk.values, chunk.quantum, spread_needed)
@@ -116,16 +119,40 @@ class Spike(Detector):
 
     def advance(self, chunk: Chunk) -> bool:
         """The tail, count and lowest value a scan keeps (the block's baseline is derived)."""
-        p = self.p
-        if p.surrogate == "deciles":
+        self._advance(chunk.values)
+        return True
+
+    def _advance(self, values: np.ndarray) -> None:
+        if self.p.surrogate == "deciles":
             low = self.low
-            for v in chunk.values.tolist():
+            for v in values.tolist():
                 low = v if v < low else low
             self.low = low
-        self.seen += len(chunk.values)
-        self.tail = keep_tail(extend_tail(self.tail, chunk.values), self._keep())
+        self.seen += len(values)
+        self.tail = keep_tail(extend_tail(self.tail, values), self._keep())
         self._block = None
-        return True
+
+    def settle(self, values, lo, hi, quantum) -> int | None:
+        """The scan's whole-chunk screen (:meth:`_possible_anywhere`) where every block's window
+        is full, from the range of the values those windows hold (the tail's; any of the chunk's
+        they reach are within its range: a wider span only loosens the screen) and the chunk's:
+        no sample can trigger, so each is fine (judged once ``min_history`` samples are behind
+        every window), as :meth:`_all_fine` gives it; the tail, count and lowest value move on."""
+        p, tail, n = self.p, self.tail, len(values)
+        held, a = len(tail), self.seen + n - 1
+        first = held - self.seen % p.refresh  # where the first sample's block window ends in tail + values
+        last = first + (a - a % p.refresh) - (self.seen - self.seen % p.refresh)  # ... the last sample's
+        if first < p.window:
+            return None
+        t = tail[first - p.window: min(last, held)]
+        t = t.tolist() if isinstance(t, np.ndarray) else list(t)
+        low, high = (min(t), max(t)) if t else (lo, hi)
+        if last > held:  # (windows reaching into the chunk)
+            low, high = min(low, lo), max(high, hi)
+        if self._possible_anywhere(low, high, lo, hi, quantum):
+            return None
+        self._advance(values)
+        return FINE if p.window >= p.min_history else UNKNOWN
 
     def _scan_small(self, hist: np.ndarray, chunk: Chunk) -> Scan:
         """:meth:`scan` of a few records, sample by sample in plain floats: the same operations
@@ -260,25 +287,25 @@ class Spike(Detector):
                 if med[-1] == med[-1] or have[-1] < p.min_history else None
         return med, mad, top, sd
 
-    def _possible_anywhere(self, span: np.ndarray, chunk: Chunk) -> bool:
-        """:meth:`_possible` for the whole chunk at once, from the minimum and maximum of
-        ``span``, every value any of its blocks' windows holds: a window's minimum is at least
-        the span's and its maximum at most, so its bound on the z-score is at least the span's
-        (False: no sample of the chunk can trigger, the common case of a healthy run's chunk)."""
+    def _possible_anywhere(self, lo: float, hi: float, vmin: float, vmax: float, quantum: float) -> bool:
+        """:meth:`_possible` for the whole chunk at once (its values from ``vmin`` to ``vmax``),
+        from the minimum ``lo`` and maximum ``hi`` of every value any of its blocks' windows
+        holds: a window's minimum is at least ``lo`` and its maximum at most ``hi``, so its bound
+        on the z-score is at least the span's (False: no sample of the chunk can trigger, the
+        common case of a healthy run's chunk)."""
         p = self.p
-        lo, hi = float(span.min()), float(span.max())
         least = least_magnitude(lo, hi)
-        bound = 0.999 * p.z * max(p.rel_floor * least, max(chunk.quantum, 1e-12))
+        bound = 0.999 * p.z * max(p.rel_floor * least, max(quantum, 1e-12))
         if p.min_abs_delta:
             bound = max(bound, 0.999 * p.min_abs_delta)
-        top = float(chunk.values.max())
+        top = float(vmax)
         if p.min_ratio is not None and top < 0.999 * p.min_ratio * least:
             return False
         if p.over_max is not None and top < p.over_max * lo:  # (a window's maximum is at least lo)
             return False
         if p.direction != "down" and top - lo >= bound:
             return True
-        return p.direction != "up" and hi - float(chunk.values.min()) >= bound
+        return p.direction != "up" and hi - float(vmin) >= bound
 
     def _all_fine(self, chunk: Chunk) -> Scan:
         """What :meth:`scan` gives and keeps when :meth:`_possible_anywhere` screened every

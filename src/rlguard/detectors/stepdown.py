@@ -8,7 +8,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import mad_sigma
-from .base import SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, rolling
+from .base import FINE, SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, rolling
 from .level import Rolling
 
 
@@ -75,6 +75,25 @@ class StepDown(Rolling):
         """The tail and count a scan keeps."""
         self._advance_levels(chunk, self._keep())
         return True
+
+    def settle(self, values, lo, hi, quantum) -> int | None:
+        """The scan's screen (``_could_fall``) from ranges alone, where every sample of the chunk
+        has a full reference (the tail holds all but one of the values it needs): a level is a
+        median of values its window holds (the tail's last ones and the chunk's), a reference
+        one of values the reference windows hold, so the lowest of the first and the highest of
+        the second bound every ratio. No level can fall to ``max_ratio`` of its reference: every
+        sample fine; the tail and the count move on."""
+        p, tail = self.p, self.tail
+        span, held = p.window + p.gap + p.ref_window, len(tail)
+        if held + 1 < span:
+            return None
+        t = tail.tolist() if isinstance(tail, np.ndarray) else list(tail)
+        top = max(max(t[held + 1 - span:]), hi)  # (every reference window of the chunk's samples, and more)
+        low = min(min(t[held + 1 - p.window:]), lo) if p.window > 1 else lo
+        if top > 0 and low <= p.max_ratio * top:
+            return None
+        self._advance_levels_of(values, self._keep())
+        return FINE
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
