@@ -143,7 +143,7 @@ class Watchdog:
                     inst.detector.seen_finite = name in self._finite_seen  # built late: told the past
             if inst.skip(col):  # a detector still warming up: nothing to judge, no guards built
                 continue
-            if inst.settles and inst.settle(col, col.span(), first_step):  # every sample fine, from the range
+            if inst.settles and inst.settle(col, col.span(), first_step):  # every verdict told from the range: no scan
                 continue
             comp, coincidence = plan.shapes[rule.id]
             if rule.guards and not (comp or coincidence) and self._never_logged_guard(rule, cols):
