@@ -631,7 +631,8 @@ def test_a_detector_that_settles_a_chunk_from_its_range_leaves_the_state_and_ver
               * (1 + 0.01 * r.standard_normal(408)),  # (a low tail, then a rise and a fall inside one chunk)
               np.where(np.arange(500) % 23 == 22, 60.0, 1.0) * (1 + 0.01 * r.standard_normal(500))]  # (spikes)
     settled: dict[str, int] = {}
-    for name, params in _pack_detectors():
+    rise = DETECTORS["rise"].Params(window=5, min_factor=3.0, min_delta=0.5, min_history=10)  # (a window: not the pack's)
+    for name, params in _pack_detectors() + [("rise", rise)]:
         cls = DETECTORS[name]
         if cls.companion_param is not None or cls.settle is Detector.settle:
             continue
@@ -650,9 +651,8 @@ def test_a_detector_that_settles_a_chunk_from_its_range_leaves_the_state_and_ver
                     assert repr(settling.state_dict()) == repr(scanning.state_dict()), (name, params, i, size)
                     settled[name] = settled.get(name, 0) + 1
                 i += size
-    assert set(settled) >= {"threshold", "streak", "share", "nonfinite", "drop_from_peak", "collapse", "step_down", "spike",
-                            "growth"}, \
-        settled
+    assert set(settled) >= {"threshold", "streak", "share", "nonfinite", "drop_from_peak", "collapse", "step_down",
+                            "spike", "rise", "growth"}, settled
 
 
 @pytest.mark.parametrize("refresh", [1, 7])

@@ -283,6 +283,30 @@ class Rise(Rolling):
             self.best_step = int(chunk.steps[last[-1]]) if last[-1] >= 0 else self.best_step
         return Scan(verdict, ratio, best, best_step.astype(np.int64), level=level)
 
+    def settle(self, values, lo, hi, quantum) -> int | None:
+        """No level below the lowest so far (a level is a median of values its window holds:
+        the tail's last ones and the chunk's), so the best stays; judged from ``min_history`` on
+        against a positive best, the highest level (less half the print's resolution) is
+        neither ``min_delta`` above it nor ``min_factor`` times it: every sample fine. A best
+        at or below 0 that no level lowers: no opinion on any. The tail and the count move on."""
+        p, best, tail = self.p, self.best, self.tail
+        low, high = lo, hi
+        if p.window > 1 and len(tail):
+            held = tail[max(0, len(tail) - p.window + 1):]
+            held = held.tolist() if isinstance(held, np.ndarray) else list(held)
+            low, high = min(lo, min(held)), max(hi, max(held))
+        if not low >= best:  # (a new best, or none yet)
+            return None
+        if best <= 0:
+            verdict = UNKNOWN
+        else:
+            top = high - quantum / 2.0
+            if self.seen < p.min_history - 1 or not (top - best < p.min_delta or top / best < p.min_factor):
+                return None
+            verdict = FINE
+        self._advance_levels_of(values, p.window - 1)
+        return verdict
+
     def _scan_small(self, level: np.ndarray, chunk: Chunk, first: int) -> Scan:
         """:meth:`scan` of a live run's few records in plain floats: the same lowest level
         before each sample, the same ratios and tests."""
