@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import sorted_unique, window_max
-from .base import FINE, SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, upper_median, windows
+from .base import FINE, SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, tail_list, upper_median, windows
 from .level import Rolling
 
 
@@ -206,12 +206,11 @@ class Growth(Rolling):
         end1 = end0 + (a - a % r) - (self.seen - self.seen % r)  # ... the last sample's
         if end0 < p.baseline_window:
             return None
-        t = tail.tolist() if isinstance(tail, np.ndarray) else list(tail)
-        base = t[end0 - p.baseline_window: min(end1, held)]
+        base = tail_list(tail[end0 - p.baseline_window: min(end1, held)])
         least = min(base) if base else lo
         if end1 > held:
             least = min(least, lo)
-        top = max([hi, *t[max(0, held - p.window + 1):]]) if p.window > 1 else hi
+        top = self._reach(p.window - 1, lo, hi)[1]
         if self._possible_anywhere(least, top - quantum / 2.0):
             return None
         self._advance_levels_of(values, self._keep())
@@ -289,12 +288,8 @@ class Rise(Rolling):
         against a positive best, the highest level (less half the print's resolution) is
         neither ``min_delta`` above it nor ``min_factor`` times it: every sample fine. A best
         at or below 0 that no level lowers: no opinion on any. The tail and the count move on."""
-        p, best, tail = self.p, self.best, self.tail
-        low, high = lo, hi
-        if p.window > 1 and len(tail):
-            held = tail[max(0, len(tail) - p.window + 1):]
-            held = held.tolist() if isinstance(held, np.ndarray) else list(held)
-            low, high = min(lo, min(held)), max(hi, max(held))
+        p, best = self.p, self.best
+        low, high = self._reach(p.window - 1, lo, hi)
         if not low >= best:  # (a new best, or none yet)
             return None
         if best <= 0:

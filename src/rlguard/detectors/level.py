@@ -120,6 +120,13 @@ class Rolling(Detector):
         self.seen += len(values)
         self.tail = keep_tail(extend_tail(self.tail, values), keep)
 
+    def _reach(self, k: int, lo: float, hi: float) -> tuple[float, float]:
+        """The lowest and highest of the tail's last ``k`` values and of ``[lo, hi]``, a chunk's
+        range: bounds on any window of ``k + 1`` values that ends in the chunk, and so on its
+        median (``settle``)."""
+        held = tail_list(self.tail[max(0, len(self.tail) - k):]) if k > 0 else []
+        return (min(lo, *held), max(hi, *held)) if held else (lo, hi)
+
     def state_dict(self):
         return {"tail": tail_list(self.tail), "seen": self.seen}
 
@@ -260,13 +267,7 @@ class Collapse(Rolling):
         p, ref = self.p, self.ref
         if not (ref > 0 and ref > p.min_reference):
             return None
-        span = max(p.window, p.ref_window or 1) - 1  # (the tail's values a window of the chunk reaches)
-        tail = self.tail[len(self.tail) - span:] if span else ()
-        if len(tail):
-            held = tail.tolist() if isinstance(tail, np.ndarray) else list(tail)
-            low, high = min(lo, min(held)), max(hi, max(held))
-        else:
-            low, high = lo, hi
+        low, high = self._reach(max(p.window, p.ref_window or 1) - 1, lo, hi)
         if not high <= ref or self._could_collapse(low + quantum / 2.0, ref):
             return None
         calm = p.max_spread is not None or p.recent_ratio is not None

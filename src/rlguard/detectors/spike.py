@@ -145,7 +145,7 @@ class Spike(Detector):
         if first < p.window:
             return None
         t = tail[first - p.window: min(last, held)]
-        t = t.tolist() if isinstance(t, np.ndarray) else list(t)
+        t = tail_list(t)
         low, high = (min(t), max(t)) if t else (lo, hi)
         if last > held:  # (windows reaching into the chunk)
             low, high = min(low, lo), max(high, hi)

@@ -83,14 +83,12 @@ class StepDown(Rolling):
         one of values the reference windows hold, so the lowest of the first and the highest of
         the second bound every ratio. No level can fall to ``max_ratio`` of its reference: every
         sample fine; the tail and the count move on."""
-        p, tail = self.p, self.tail
-        span, held = p.window + p.gap + p.ref_window, len(tail)
-        if held + 1 < span:
+        p = self.p
+        span = p.window + p.gap + p.ref_window
+        if len(self.tail) + 1 < span:
             return None
-        t = tail.tolist() if isinstance(tail, np.ndarray) else list(tail)
-        top = max(max(t[held + 1 - span:]), hi)  # (every reference window of the chunk's samples, and more)
-        low = min(min(t[held + 1 - p.window:]), lo) if p.window > 1 else lo
-        if top > 0 and low <= p.max_ratio * top:
+        top = self._reach(span - 1, lo, hi)[1]  # (every reference window of the chunk's samples, and more)
+        if self._could_fall(top, self._reach(p.window - 1, lo, hi)[0]):
             return None
         self._advance_levels_of(values, self._keep())
         return FINE
@@ -102,7 +100,8 @@ class StepDown(Rolling):
         back = p.window + p.gap  # the reference ends this many samples back
         span = back + p.ref_window
         e0 = max(off + 1, span)  # the first sample with a full reference: hist[:e] with e >= span
-        if n and off + n >= span and not self._could_fall(hist[e0 - span: off + n - back], level[e0 - off - 1:]):
+        if n and off + n >= span and not self._could_fall(float(hist[e0 - span: off + n - back].max()),
+                                                          float(level[e0 - off - 1:].min())):
             verdict = np.full(n, UNKNOWN, dtype=np.int8)
             verdict[e0 - off - 1:] = 0  # every sample with a reference fine, no reference median taken
             return Scan(verdict, np.full(n, np.nan), np.full(n, np.nan), level=level)
@@ -128,12 +127,12 @@ class StepDown(Rolling):
             ref[ok] = before
         return Scan(verdict, stat, ref, level=level)
 
-    def _could_fall(self, span: np.ndarray, lv: np.ndarray) -> bool:
-        """Whether any level ``lv`` of the chunk could be ``max_ratio`` of its reference, from
-        ``span``, every value the chunk's reference windows hold: a reference (a median) is at
-        most the span's maximum (False: a healthy chunk, no reference median computed)."""
-        top = float(span.max())
-        return top > 0 and float(lv.min()) <= self.p.max_ratio * top
+    def _could_fall(self, top: float, low: float) -> bool:
+        """Whether any level of the chunk could be ``max_ratio`` of its reference, from ``top``,
+        the highest value the chunk's reference windows hold (a reference, a median, is at most
+        that), and ``low``, its lowest level (False: a healthy chunk, no reference median
+        computed)."""
+        return top > 0 and low <= self.p.max_ratio * top
 
     def _scan_small(self, hist: np.ndarray, level: np.ndarray, quantum: float) -> Scan:
         """:meth:`scan` of a few records, sample by sample in plain floats: the reference
