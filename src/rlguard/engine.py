@@ -48,12 +48,12 @@ class RuleInstance:
     feed: Feed | None = field(default=None, init=False, repr=False)  # lends the detector its tail
     kept: int = 0  # how much of the feed the detector's tail is (see rlguard.feeds)
     warms: bool = field(default=False, init=False, repr=False)  # may the detector be blind (see skip)
-    settles: bool = field(default=False, init=False, repr=False)  # may it settle a chunk from its range
+    settles: bool = field(default=False, init=False, repr=False)  # may it settle a chunk from its range (see settle)
 
     def __post_init__(self) -> None:
         self.detector = DETECTORS[self.rule.detector](self.rule.detector_params())
         self.warms = type(self.detector).blind is not Detector.blind
-        self.settles = type(self.detector).settle is not Detector.settle
+        self.settles = type(self.detector).settle is not Detector.settle and not self.rule.guards
 
     def borrow_from(self, feeds: Feeds) -> "RuleInstance":
         """Read the metric's recent values from the run's shared feed (when the detector can)."""
@@ -98,8 +98,8 @@ class RuleInstance:
         every sample is fine), without a scan, a guard or the life cycle; False, and nothing
         changed, where it cannot tell (the caller evaluates). A rule with guards or zeros to
         drop evaluates: its muted or dropped samples would be no opinion, not fine."""
-        r = self.rule
-        if span is None or self.firing or self.run or self.cool or r.guards or (r.ignore_zero and col.has_zero()):
+        r = self.rule  # (a rule with guards is never asked: ``settles`` is False)
+        if span is None or self.firing or self.run or self.cool or (r.ignore_zero and col.has_zero()):
             return False
         feed, det, values, steps = self.feed, self.detector, col.values, col.steps
         if feed is not None:
