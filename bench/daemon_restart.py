@@ -9,12 +9,22 @@ fresh interpreter (imports done) a new :class:`~rlguard.daemon.service.Daemon` (
 the state loaded), its ``discover`` (every run's monitor rebuilt from its row) and its first
 poll (the new steps read and judged), in CPU milliseconds per run.
 
+``--cold`` times a daemon that has no saved state instead (a fresh install, a lost state dir):
+its first pass reads and judges every run from its first step and saves it (``--new`` is then
+not written). The fleet bench's "first pass" is this, 10,000 runs of 10 steps, with the bench's
+writers running beside it.
+
 ``--base OTHER_CHECKOUT/src`` times that tree too, alternated with this one ``--repeat`` times
 on the same runs and the same state, and prints each part's ratio (this / base) of the medians:
 the same command, the same files, a machine shared with other work moving both alike.
+``--floor`` times this tree a third way, alternated too: with a pack of the default pack's
+nonfinite rules only (5 rule instances a run instead of ~47), what the pass costs apart from
+the rules' statistics and decisions (finding the runs, reading and parsing the logs, columns,
+the state loaded or saved).
 
     .venv/bin/python bench/daemon_restart.py --runs 2000 --history 50 --new 5 --repeat 3 \\
         --base ../base/src
+    .venv/bin/python bench/daemon_restart.py --cold --runs 5000 --history 10 --repeat 4 --floor
 """
 from __future__ import annotations
 
@@ -34,20 +44,35 @@ ROOT = Path(__file__).resolve().parents[1]
 PARTS = ("load", "discover", "first poll")
 
 
-def _daemon(runs: Path, state: Path):
+def _daemon(runs: Path, state: Path, pack: Path | None = None):
     from rlguard.daemon.config import DaemonConfig
     from rlguard.daemon.service import Daemon
 
-    return Daemon(DaemonConfig(watch=[str(runs)], state_dir=str(state), max_runs=1_000_000))
+    rules = {} if pack is None else {"rules": [str(pack)], "default_rules": False}
+    return Daemon(DaemonConfig(watch=[str(runs)], state_dir=str(state), max_runs=1_000_000, **rules))
 
 
-def prepare(tmp: Path, n: int, history: int, new: int) -> None:
-    """The runs, the state a daemon of this tree saved after reading them, then ``new`` steps."""
+def floor_pack(tmp: Path) -> Path:
+    """A pack of the default pack's nonfinite rules only (its include copied beside it)."""
+    (tmp / "floor" / "default").mkdir(parents=True)
+    shutil.copy(ROOT / "rules" / "default" / "nonfinite.yaml", tmp / "floor" / "default")
+    pack = tmp / "floor" / "floor.yaml"
+    pack.write_text('apiVersion: rlguard/v1\npack: floor\nversion: "1"\n'
+                    "description: the default pack's nonfinite rules only\ninclude: [default/nonfinite.yaml]\n")
+    return pack
+
+
+def prepare(tmp: Path, n: int, history: int, new: int, cold: bool = False) -> None:
+    """The runs, the state a daemon of this tree saved after reading them, then ``new`` steps
+    (``cold``: the runs only, and an empty state)."""
     sys.path.insert(0, str(ROOT / "bench"))
     import fleet_load
 
     rng = random.Random(1)
     runs = fleet_load.make_runs(tmp / "runs", n, history, rng)
+    if cold:
+        (tmp / "state").mkdir()
+        return
     d = _daemon(tmp / "runs", tmp / "state")
     d.discover()
     d.poll()
@@ -60,7 +85,7 @@ def prepare(tmp: Path, n: int, history: int, new: int) -> None:
             r._save()
 
 
-def emit(tmp: Path) -> None:
+def emit(tmp: Path, pack: Path | None = None) -> None:
     """One timed restart, from a fresh copy of the saved state: a JSON line of CPU seconds."""
     state = Path(tempfile.mkdtemp(prefix="state-", dir=tmp))
     shutil.rmtree(state)
@@ -71,7 +96,7 @@ def emit(tmp: Path) -> None:
         startup.tune_gc()
     try:
         t0 = time.process_time()
-        d = _daemon(tmp / "runs", state)
+        d = _daemon(tmp / "runs", state, pack)
         t1 = time.process_time()
         d.discover()
         t2 = time.process_time()
@@ -85,10 +110,10 @@ def emit(tmp: Path) -> None:
         shutil.rmtree(state, ignore_errors=True)
 
 
-def one(src: Path, tmp: Path) -> dict:
+def one(src: Path, tmp: Path, pack: Path | None = None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(src))
-    out = subprocess.run([sys.executable, __file__, "--emit", str(tmp)], env=env, capture_output=True,
-                         text=True, check=True).stdout
+    out = subprocess.run([sys.executable, __file__, "--emit", str(tmp)] + (["--pack", str(pack)] if pack else []),
+                         env=env, capture_output=True, text=True, check=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -99,20 +124,26 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--new", type=int, default=5, help="steps each run logged while the daemon was down")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--base", type=Path, help="another checkout's src, timed alternately (ratios)")
+    ap.add_argument("--cold", action="store_true", help="no saved state: a fresh daemon's first pass")
+    ap.add_argument("--floor", action="store_true", help="also this tree with the nonfinite rules only")
     ap.add_argument("--emit", type=Path, help=argparse.SUPPRESS)  # one timed restart in this interpreter
+    ap.add_argument("--pack", type=Path, help=argparse.SUPPRESS)  # (with --emit: the pack it loads instead)
     args = ap.parse_args(argv)
     if args.emit:
-        emit(args.emit)
+        emit(args.emit, args.pack)
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-restart-"))
     try:
-        print(f"writing {args.runs} runs of {args.history} steps, a first pass and its save ...", flush=True)
-        prepare(tmp, args.runs, args.history, args.new)
-        trees = {"this": ROOT / "src"} | ({"base": args.base.resolve()} if args.base else {})
+        print(f"writing {args.runs} runs of {args.history} steps"
+              + (", no state ..." if args.cold else ", a first pass and its save ..."), flush=True)
+        prepare(tmp, args.runs, args.history, args.new, args.cold)
+        trees = {"this": (ROOT / "src", None)} | ({"base": (args.base.resolve(), None)} if args.base else {})
+        if args.floor:
+            trees["floor"] = (ROOT / "src", floor_pack(tmp))
         got: dict[str, list[dict]] = {t: [] for t in trees}
         for i in range(args.repeat):
-            for name, src in (trees.items() if i % 2 == 0 else reversed(trees.items())):
-                got[name].append(one(src, tmp))
+            for name, (src, pack) in (trees.items() if i % 2 == 0 else reversed(trees.items())):
+                got[name].append(one(src, tmp, pack))
                 r = got[name][-1]
                 print(f"  {name}: " + ", ".join(f"{p} {r[p] / args.runs * 1e3:.2f}" for p in PARTS)
                       + f" ms/run; watched {r['watched']}, judged {r['judged']}", flush=True)
@@ -121,8 +152,11 @@ def main(argv: list[str] | None = None) -> int:
             med[t]["total"] = sum(med[t][p] for p in PARTS)
         for t, m in med.items():
             print(f"{t}: " + ", ".join(f"{p} {v:.2f}" for p, v in m.items()) + " ms/run (medians, CPU)")
-        if "base" in med:
-            print("this/base: " + ", ".join(f"{p} {med['this'][p] / med['base'][p]:.2f}x" for p in med["this"]))
+        for other in ("base", "floor"):
+            if other in med:
+                print(f"this/{other}: " + ", ".join(f"{p} {med['this'][p] / med[other][p]:.2f}x" for p in med["this"]))
+        for t, m in med.items():
+            print(f"{t}: at 10,000 runs, {m['total'] * 10:.1f} s of CPU")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
