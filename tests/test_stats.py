@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlguard.stats import (EWStats, RollingMedian, RunningPeak, Streak, block_noise, block_noise_loop,
-                           ewm, mad_sigma, median_rows, robust_sigma_of_diffs,
+                           ewm, mad_sigma, median, median_rows, ranked, robust_sigma_of_diffs,
                            robust_sigma_of_diffs_rows, rolling_median, running_peak, streaks,
                            upper_median_rows)
 
@@ -48,6 +48,36 @@ def test_upper_median_rows_network_equals_partition():
         view[::7] = np.round(view[::7])  # ties
         want = np.partition(view, w // 2, axis=1)[:, w // 2]
         assert np.array_equal(upper_median_rows(view), want), w
+
+
+@pytest.mark.parametrize("width", [1, 2, 30, 255, 256, 257, 600])
+def test_ranked_rows_put_every_asked_rank_where_a_partition_does(width):
+    """``ranked`` sorts rows up to SORT_ROWS_MAX values wide and partitions wider ones: either
+    way the value of each asked rank is a partition's (ties, NaN last, infinities), and the
+    statistics built on it equal numpy's."""
+    rng = np.random.default_rng(width)
+    view = rng.standard_cauchy(size=(70, width))
+    view[::5] = np.round(view[::5])  # ties
+    view[3, :: 3] = np.nan
+    view[4, 0] = np.inf
+    ranks = sorted({0, width // 2, (width - 1) // 2, width - 1, int(0.1 * (width - 1)), int(0.9 * (width - 1))})
+    got, want = ranked(view, ranks, axis=1), np.partition(view, ranks, axis=1)
+    for r in ranks:
+        assert np.array_equal(got[:, r], want[:, r], equal_nan=True), r
+    finite = view[np.isfinite(view).all(axis=1)]
+    assert np.array_equal(median_rows(finite), np.median(finite, axis=1))
+    assert np.array_equal(upper_median_rows(finite), want[np.isfinite(view).all(axis=1), width // 2])
+
+
+@pytest.mark.parametrize("n", [65, 999, 10_000, 10_001])
+def test_median_of_a_long_window_sorted_or_partitioned_equals_numpy(n):
+    """1-D windows are sorted up to SORT_MAX_1D values and partitioned beyond: numpy's median
+    either way, NaN included."""
+    x = np.random.default_rng(n).standard_t(2, size=n)
+    x[:: 7] = np.round(x[:: 7])
+    assert median(x) == float(np.median(x))
+    x[n // 3] = np.nan
+    assert np.isnan(median(x))
 
 
 @pytest.mark.parametrize("w", [1, 2, 3, 6, 9, 50])

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..stats import (median_rows, robust_sigma_of_diffs, rolling_median, upper_median,  # noqa: F401 (re-exported)
                      windows)
-from ..stats import quantile_lerp, quantile_ranks, shared_rolling_median
+from ..stats import quantile_lerp, quantile_ranks, ranked, shared_rolling_median
 from ..numfmt import fmt  # noqa: F401 (re-exported: the detectors' messages use it)
 
 TRIGGERED, FINE, UNKNOWN = 1, 0, -1
@@ -144,9 +144,10 @@ def register(cls: type[Detector]) -> type[Detector]:
 
 def quantile_rows(view: np.ndarray, qs: tuple[float, ...]) -> np.ndarray:
     """``np.quantile(view, qs, axis=1)`` (the default 'linear' method) for finite rows, bit for
-    bit: one partition at the needed ranks and numpy's own interpolation formula."""
+    bit: one sort of the rows (or a partition at the needed ranks: ``ranked``) and numpy's
+    own interpolation formula."""
     ranks = [quantile_ranks(q, view.shape[1]) for q in qs]
-    part = np.partition(view, sorted({r for a, b, _ in ranks for r in (a, b)}), axis=1)
+    part = ranked(view, sorted({r for a, b, _ in ranks for r in (a, b)}), axis=1)
     out = np.empty((len(qs), view.shape[0]))
     for i, (a, b, t) in enumerate(ranks):
         out[i] = quantile_lerp(part[:, a], part[:, b], t)

@@ -7,7 +7,7 @@ real sample, so every exact method returns the same number, bit for bit.
 - :func:`rolling_median` (batch): the upper median of the window ending at each position.
   Small windows (``w <= 16``, every window the default pack uses) go through a selection
   network, vectorised column by column (a few dozen ``np.minimum``/``np.maximum`` over the
-  whole series); larger ones through one ``np.partition`` of the window view. No scipy.
+  whole series); larger ones through one sort of the window view's rows (:func:`ranked`). No scipy.
 - :class:`RollingMedian` (incremental): a sorted copy of the window kept by binary search;
   an update is one ``bisect`` insert and one removal (O(log w) comparisons, a memmove of at
   most ``w`` pointers), a median read is O(1).
@@ -21,23 +21,42 @@ from functools import lru_cache
 
 import numpy as np
 
-#: largest window sent through the selection network (beyond it, one partition is cheaper)
+#: largest window sent through the selection network (beyond it, one sort is cheaper)
 NETWORK_MAX = 16
+
+#: up to this many values a row, numpy's sort of the rows beats ``np.partition``: numpy 2.4's
+#: vectorised sort took 0.7-0.8x of a partition at one rank and 0.13-0.25x at two or more
+#: (numpy's partition at several ranks makes a pass per rank) on rows of 5-200 values, 1,000
+#: or 4,000 rows (1.3x at 500 values: a partition beyond); 0.35-0.8x for one row of 65-10,000.
+#: The order statistics are the same numbers either way (the sign of a zero aside: which of
+#: two equal zeros lands on a rank is the algorithm's choice, as between two partitions).
+SORT_ROWS_MAX = 256
+SORT_MAX_1D = 10_000
+
+
+def ranked(x: np.ndarray, ranks, axis: int = -1) -> np.ndarray:
+    """``x`` with the value of each rank in ``ranks`` at its place along ``axis``, as
+    ``np.partition(x, ranks, axis)`` leaves it: a sort where that is cheaper (see
+    :data:`SORT_ROWS_MAX`), else that partition."""
+    width = x.shape[axis]
+    if width <= (SORT_MAX_1D if x.ndim == 1 else SORT_ROWS_MAX):
+        return np.sort(x, axis=axis)
+    return np.partition(x, ranks, axis=axis)
 
 
 def upper_median(x: np.ndarray, axis: int = -1) -> np.ndarray:
     """The median; for an even count, the upper of the two middle values (a real sample, and
     what a rank filter computes)."""
     k = x.shape[axis] // 2
-    return np.partition(x, k, axis=axis).take(k, axis=axis)
+    return ranked(x, k, axis).take(k, axis=axis)
 
 
 def median(x) -> float:
-    """``float(np.median(x))`` of a 1-D array of floats, bit for bit, through one partition:
+    """``float(np.median(x))`` of a 1-D array of floats, bit for bit, through one sort:
     numpy's median adds argument handling, a NaN check and a ``mean`` call that cost several
     times the work on the short windows rules read (a short finite window: one sort of a plain
-    list, :func:`sorted_median`). As numpy does, the partition also puts the largest value
-    last, so a NaN anywhere gives NaN."""
+    list, :func:`sorted_median`). As numpy's partition does, the sort (:func:`ranked`) puts the
+    largest value last, so a NaN anywhere gives NaN."""
     s = sorted_finite(x)
     if s is not None:
         return sorted_median(s)
@@ -47,10 +66,10 @@ def median(x) -> float:
         return float(np.median(x))  # (numpy's NaN and warning for an empty window)
     k = n // 2
     if n % 2:  # (numpy's mean adds to 0.0: a -0.0 median comes out 0.0, here too)
-        part = np.partition(x, (k, n - 1))
+        part = ranked(x, (k, n - 1))
         v = 0.0 + float(part[k])
     else:
-        part = np.partition(x, (k - 1, k, n - 1))
+        part = ranked(x, (k - 1, k, n - 1))
         v = (0.0 + float(part[k - 1]) + float(part[k])) / 2.0
     return v if part[n - 1] == part[n - 1] else float("nan")
 
@@ -139,13 +158,14 @@ def quantile_lerp(va, vb, t: float):
 
 
 def median_rows(view: np.ndarray) -> np.ndarray:
-    """``np.median(view, axis=1)`` for finite rows, bit for bit, through one partition (numpy's
-    median adds NaN checks and a mean call that cost more than the work on 30-sample windows)."""
+    """``np.median(view, axis=1)`` for finite rows, bit for bit, through one sort of the rows
+    (:func:`ranked`; numpy's median adds NaN checks and a mean call that cost more than the
+    work on 30-sample windows, and partitions at two ranks, 4-8x a sort there)."""
     w = view.shape[1]
     k = w // 2
     if w % 2:
-        return np.partition(view, k, axis=1)[:, k]
-    part = np.partition(view, [k - 1, k], axis=1)
+        return ranked(view, k, axis=1)[:, k]
+    part = ranked(view, [k - 1, k], axis=1)
     return (part[:, k - 1] + part[:, k]) / 2.0
 
 
@@ -205,7 +225,7 @@ def upper_median_rows(view: np.ndarray) -> np.ndarray:
     if w == 1:
         return view[:, 0].copy()
     if w > NETWORK_MAX or rows < 64:
-        return np.partition(view, k, axis=1)[:, k]
+        return ranked(view, k, axis=1)[:, k]
     cols = [view[:, c] for c in range(w)]
     for kind, i, j, lo, hi in _selection_network(w, k):
         a, b = cols[i], cols[j]
