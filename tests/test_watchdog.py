@@ -551,3 +551,38 @@ rules:
     assert sum(done for _, done in calls) >= 40 // chunk and any(not done for _, done in calls)
     fired = {r for _, r, _, f, _ in got if f == "firing"}
     assert {"T-HIGH", "T-LOW", "T-GUARDED", "T-NAN", "T-STREAK"} <= fired, got
+
+
+def test_latest_positions_of_a_source_logged_with_every_sample_are_a_binary_searchs():
+    """``guards.latest_positions`` skips the binary search where the samples are the source's
+    own tail (a guard metric logged in every record of the chunk): the same positions as
+    ``np.searchsorted`` wherever that holds, and wherever it almost holds (a gap inside, the
+    same ends, one more record after, none before)."""
+    import random
+
+    import numpy as np
+
+    from rlguard.guards import latest_positions
+
+    rng = random.Random(5)
+    fast = 0
+    for trial in range(400):
+        src = np.array(sorted(rng.sample(range(0, 200), rng.randint(0, 60))), dtype=np.int64)
+        kind = rng.choice(["tail", "tail", "gap", "extra", "random", "ahead"])
+        n = rng.randint(1, max(1, len(src)))
+        if kind == "tail" and len(src):
+            seq = src[-n:].copy()
+            fast += 1
+        elif kind == "gap" and n >= 3 and len(src) >= n:
+            seq = src[-n:].copy()
+            seq[n // 2] = seq[n // 2 - 1] + (1 if seq[n // 2] - seq[n // 2 - 1] > 1 else 0)  # another middle
+            seq = np.unique(seq)
+        elif kind == "extra" and len(src):
+            seq = np.concatenate([src[-n:], [src[-1] + 1]])
+        elif kind == "ahead":
+            seq = np.arange(200, 200 + n, dtype=np.int64)
+        else:
+            seq = np.array(sorted(rng.sample(range(0, 220), n)), dtype=np.int64)
+        want = np.searchsorted(src, seq, side="right") - 1
+        assert np.array_equal(latest_positions(seq, src), want), (trial, kind, src, seq)
+    assert fast > 50
