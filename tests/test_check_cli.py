@@ -118,6 +118,36 @@ def test_out_of_order_and_repeated_steps(tmp_path):
     assert "repeated record" in r.stderr
 
 
+def test_distinct_steps_counted_by_arrays_while_increasing_and_by_a_set_after():
+    """``check`` counts a log's distinct steps from each chunk's array while steps only rise
+    and with a set from the first chunk that goes back or repeats one: the same count as a set
+    of every step, whatever the chunks (rising, resumed, repeated, single steps)."""
+    import random
+
+    import numpy as np
+
+    from rlguard.check import _DistinctSteps
+
+    rng = random.Random(3)
+    went_back = 0
+    for trial in range(300):
+        steps, top = [], 0
+        for _ in range(rng.randint(1, 8)):
+            k = rng.randint(1, 30)
+            if rng.random() < 0.2:  # a resume from an earlier step, or a repeat
+                top = max(0, top - rng.randint(0, 40))
+            chunk = list(range(top + 1, top + 1 + k)) if rng.random() < 0.8 else sorted(rng.choices(range(top, top + 40), k=k))
+            top = max(top, chunk[-1])
+            steps.append(np.array(chunk, dtype=np.int64))
+        d = _DistinctSteps()
+        for chunk in steps:
+            d.add(chunk)
+        want = len(set(np.concatenate(steps).tolist()))
+        assert d.count() == want, (trial, steps)
+        went_back += d.arrays is None
+    assert 30 < went_back < 270  # both ways taken
+
+
 def test_gzip_and_rules_override(tmp_path):
     p = tmp_path / "seed004.jsonl.gz"
     with gzip.open(p, "wt") as f:

@@ -5,6 +5,9 @@ import gc
 import os
 import sys
 from contextlib import contextmanager
+
+import numpy as np
+
 from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
@@ -77,19 +80,49 @@ def _check_baselines(baselines: dict[str, float], wd: Watchdog) -> None:
 
 def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run):
     n, first, last = 0, None, None
-    seen: set[int] = set()
+    steps_seen = _DistinctSteps()
     for buf in reader.batches(path, chunk, columnar=True):
         n += len(buf)
-        steps = buf.steps.tolist() if isinstance(buf, RecordBlock) else [r.step for r in buf]
-        seen.update(steps)
-        lo, hi = min(steps), max(steps)  # a resumed log goes back
-        first = lo if first is None else min(first, lo)
-        last = hi if last is None else max(last, hi)
+        steps = buf.steps if isinstance(buf, RecordBlock) else np.array([r.step for r in buf], dtype=np.int64)
+        if len(steps):
+            steps_seen.add(steps)
+            lo, hi = int(steps.min()), int(steps.max())  # a resumed log goes back
+            first = lo if first is None else min(first, lo)
+            last = hi if last is None else max(last, hi)
         ds = wd.ingest(buf)
         all_decisions.extend(ds)
         if out_format == "json":
             _emit_json(out, ds, decisions, run)
-    return n, first, last, len(seen)
+    return n, first, last, steps_seen.count()
+
+
+class _DistinctSteps:
+    """How many distinct steps a log has. While every step so far came in strictly increasing
+    order (most logs), each chunk's steps are all new: counted, and kept as the chunk's array
+    (8 bytes a step); the first chunk that goes back or repeats a step turns them into a set
+    (a resumed log), which every later step joins. Before, every step joined a Python set, a
+    third of the work of reading the steps."""
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] | None = []  # while increasing
+        self.top = -1
+        self.n = 0
+        self.seen: set[int] = set()
+
+    def add(self, steps: np.ndarray) -> None:
+        if self.arrays is not None:
+            if int(steps[0]) > self.top and (len(steps) < 2 or bool((steps[1:] > steps[:-1]).all())):
+                self.arrays.append(steps)
+                self.n += len(steps)
+                self.top = int(steps[-1])
+                return
+            for a in self.arrays:
+                self.seen.update(a.tolist())
+            self.arrays = None
+        self.seen.update(steps.tolist())
+
+    def count(self) -> int:
+        return self.n if self.arrays is not None else len(self.seen)
 
 
 @contextmanager

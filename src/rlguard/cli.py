@@ -21,7 +21,10 @@ from .cli_daemon import add_daemon, add_status, add_stop
 from .errors import InputError, RLGuardError
 from .sources.layout import run_name  # noqa: F401 - kept importable from here
 
-CHUNK = 20_000  # records per watchdog chunk: bounded memory, same results as one chunk
+#: records per watchdog chunk: bounded memory, the same results as one chunk. 10,000 read and
+#: judged a 100,000-line log in 0.46-0.47 s against 0.50-0.52 s at 20,000 (the chunk's columns
+#: stay in the CPU's cache) and 0.58-0.74 s at 50,000 or 100,000; peak memory 100 MB against 114
+CHUNK = 10_000
 
 
 def main(argv: Sequence[str] | None = None) -> int:

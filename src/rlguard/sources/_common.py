@@ -12,6 +12,7 @@ import os
 import stat
 import zlib
 from contextlib import contextmanager
+from itertools import chain, islice
 from typing import IO, Iterator
 
 from ..errors import LogFormatError
@@ -156,6 +157,12 @@ class _Bounded(io.RawIOBase):
             return _bulk_lines(self.f.read)
         return iter(self.readline, b"")
 
+    def line_lists(self) -> Iterator[list[bytes]]:
+        """The lines of :meth:`__iter__`, a list at a time (a plain file's: a block's lines)."""
+        if self.raw is None:
+            return _bulk_line_lists(self.f.read)
+        return line_lists(iter(self.readline, b""))
+
     def close(self) -> None:
         self.f.close()
         if self.raw is not None:
@@ -172,7 +179,39 @@ def _bulk_lines(read) -> Iterator[bytes]:
     (``BytesIO.readlines`` splits on ``\\n`` only): exactly what ``_Bounded.readline`` gives line
     by line, at a fraction of the cost. A line of ``MAX_LINE`` bytes or more before its newline
     comes out as the one-byte bad line ``b"\\x00\\n"``; it is never held whole (at most
-    ``MAX_LINE + BLOCK`` bytes of it are, then the rest is skipped up to its newline)."""
+    ``MAX_LINE + BLOCK`` bytes of it are, then the rest is skipped up to its newline). The lines
+    of each block are handed on by C code (``chain``), not resumed from a generator one by one."""
+    return chain.from_iterable(_bulk_line_lists(read))
+
+
+def line_lists(f) -> Iterator[list[bytes]]:
+    """The lines of a binary file, a list at a time: a :class:`_Bounded` file's own lists, else
+    4,096 lines of its iterator a list (a reader that takes stretches of lines extends a list
+    by a list, not line by line)."""
+    own = getattr(f, "line_lists", None)
+    if own is not None:
+        return own()
+    return _lists_of(iter(f))
+
+
+def _lists_of(lines: Iterator[bytes]) -> Iterator[list[bytes]]:
+    """4,096 lines of ``lines`` a list; where reading fails (a cut-off gzip stream), the lines
+    read before the failure come first, then the error."""
+    while True:
+        part: list[bytes] = []
+        try:
+            part.extend(islice(lines, 4096))  # (extend keeps what came before an error)
+        except Exception as exc:
+            if part:
+                yield part
+            raise exc
+        if not part:
+            return
+        yield part
+
+
+def _bulk_line_lists(read) -> Iterator[list[bytes]]:
+    """:func:`_bulk_lines`, a list of lines at a time."""
     tail, skipping = b"", False
     while True:
         block = read(BLOCK)
@@ -183,22 +222,25 @@ def _bulk_lines(read) -> Iterator[bytes]:
             if cut < 0:
                 continue
             skipping = False
-            yield b"\x00\n"
+            yield [b"\x00\n"]
             block = block[cut + 1:]
-        data = tail + block if tail else block
-        end = data.rfind(b"\n") + 1
-        tail = data[end:]
-        if end:
-            lines = io.BytesIO(data[:end] if tail else data).readlines()
-            if end > MAX_LINE and max(map(len, lines)) > MAX_LINE:
+            if not block:
+                continue
+        lines = io.BytesIO(block).readlines()  # (the block is cut where it lies: no copy of it with the tail)
+        held = len(tail)
+        if tail:
+            lines[0] = tail + lines[0]
+        tail = lines.pop() if not lines[-1].endswith(b"\n") else b""  # a line the next block goes on with
+        if lines:
+            if len(block) + held - len(tail) > MAX_LINE and max(map(len, lines)) > MAX_LINE:
                 lines = [b"\x00\n" if len(line) > MAX_LINE else line for line in lines]
-            yield from lines
+            yield lines
         if len(tail) >= MAX_LINE:
             tail, skipping = b"", True
     if skipping:
-        yield b"\x00\n"
+        yield [b"\x00\n"]
     elif tail:
-        yield tail
+        yield [tail]
 
 
 def read_head(path: str, size: int = HEAD_BYTES) -> bytes:

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import io
 import json
-from itertools import islice
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from .base import MAX_STEP, NULL_NAN, LogRecord, ReadStats, Reader
 from .block import block_of
-from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, note_bad, open_binary, reading, short, to_step,
-                      too_deep)
+from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, line_lists, note_bad, open_binary, reading, short,
+                      to_step, too_deep)
 from ..errors import LogFormatError
 
 _raw_decode = json.JSONDecoder().raw_decode
@@ -152,14 +151,20 @@ def _scan_blocks(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[Sequence
     """:func:`_scan` by stretches of ``size`` lines: a uniform stretch becomes one
     :class:`~.block.RecordBlock` (one parse per line, no record built), any other goes
     through :func:`_scan` line by line. The records, counts and errors are the same."""
-    fill, lineno, lines = StepFill(), 0, iter(f)  # one iterator: each iter(f) buffers afresh
+    fill, lineno, parts = StepFill(), 0, line_lists(f)  # one iterator: each iter(f) buffers afresh
+    carry: list[bytes] = []  # lines read past the last stretch
     while True:
-        raws: list[bytes] = []
-        failed = None
+        raws, carry, failed = carry, [], None
         try:
-            raws.extend(islice(lines, size))  # (what was read before a cut-off stays in raws)
+            while len(raws) < size:
+                part = next(parts, None)
+                if part is None:
+                    break
+                raws += part  # (what was read before a cut-off stays in raws)
         except Exception as exc:  # a cut-off stream: the lines read first are still records
             failed = exc
+        if len(raws) > size:
+            raws, carry = raws[:size], raws[size:]
         if not raws and failed is None:
             return
         block = block_of(raws, lineno + 1, fast_loads) if failed is None else None
