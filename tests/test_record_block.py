@@ -64,8 +64,8 @@ def test_uniform_log_comes_as_blocks_with_the_same_records(tmp_path):
     '{"step": 4, "loss": 1' + "0" * 400 + ', "reward": 1.0, "kl": 0.1}',  # beyond float range
     '{"step": 4, "loss": NaN, "reward": 1.0, "kl": 0.1}',  # a NaN token (stdlib fallback)
     '{"step": 4, "loss": 0.3, "reward": 1.0}',  # a key missing
-    '{"step": 4, "reward": 1.0, "loss": 0.3, "kl": 0.1}',  # the same keys, another order
     '{"step": 4, "loss": 0.3, "reward": 1.0, "kl": 0.1, "eval_loss": 2.0}',  # a new key
+    '{"step": 4, "loss": 0.3, "reward": 1.0, "eval_loss": 2.0}',  # as many keys, one of them another
     '{"loss": 0.3, "reward": 1.0, "kl": 0.1}',  # no step: the previous record's
     '{"step": 4, "lo\\"ss": 0.3, "reward": 1.0, "kl": 0.1}',  # an escaped quote in a key
     '',  # a blank line
@@ -89,6 +89,7 @@ def test_any_odd_line_reads_as_line_by_line(tmp_path, odd, where):
     '{"step": 4, "step": 5, "loss": 0.3, "reward": 1.0, "kl": 0.1}',  # a repeated key: the last
     '{"step": 3, "loss": 0.1, "reward": 0.2, "kl": 0.3}',  # a repeat of the line before (dropped)
     '{"step": 4, "loss": 3, "reward": 1, "kl": 0}',  # ints
+    '{"step": 4, "reward": 1.0, "loss": 0.3, "kl": 0.1}',  # the same keys, another order (read by key)
 ])
 def test_lines_that_parse_to_plain_records_may_share_a_block(tmp_path, plain):
     lines = rows(12, random.Random(2))

@@ -8,7 +8,7 @@ matrix) and is still a sequence of records: indexing or iterating one builds the
 :class:`~.base.LogRecord` the line would have given, so code that wants records gets them.
 
 :func:`block_of` builds one only when the lines are, one by one, what the line reader would
-have read as plain float records: every line a JSON object, the same keys in the same order,
+have read as plain float records: every line a JSON object, the same keys (in any order),
 an integral ``step`` in [0, 2**53) (an ``int`` on the first line), every other value a JSON
 number (no NaN or infinity token: they fail the fast parse), as one C-level pass over the
 types of the values says. Anything else (a blank line, a null, a string, a bool, a list, a
@@ -18,6 +18,7 @@ records are the same either way, only cheaper here.
 from __future__ import annotations
 
 from itertools import chain
+from operator import itemgetter
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -61,13 +62,13 @@ def block_of(raws: list[bytes], first_line: int, loads: Callable[[bytes], object
             return None
         keys = list(first)
         n, m = len(objs), len(keys)
-        if not all(map(keys.__eq__, map(list, objs))):
+        if not all(map(m.__eq__, map(len, objs))):
             return None
-        values = list(chain.from_iterable(map(dict.values, objs)))
+        values = list(chain.from_iterable(map(itemgetter(*keys), objs)))  # (KeyError: another key)
         if not _NUMBER.issuperset(set(map(type, values))):
             return None  # a null, a string, a bool (not a metric), a list...
-        mat = np.array(values, dtype=float).reshape(n, m)
-    except (ValueError, TypeError, OverflowError):  # a bad line, a non-object, a list, a 400-digit integer
+        mat = np.fromiter(values, dtype=float, count=len(values)).reshape(n, m)
+    except (ValueError, TypeError, OverflowError, KeyError):  # a bad line, a non-object, a list, a 400-digit integer
         return None
     at = keys.index(step_key)
     stepf = mat[:, at]
