@@ -30,9 +30,8 @@ by ``bench/river_compare.py`` (river 0.26.1, 100,000 Student-t values, window 30
   keeps to numpy, pydantic and PyYAML.
 """
 from .order import (RollingMedian, median, median_rows, quantile_lerp, quantile_ranks, ranked, rolling_median,
-                    sorted_finite,
-                    sorted_mad, sorted_median, sorted_quantile, sorted_unique, upper_median, upper_median_rows,
-                    window_max, windows)
+                    sorted_finite, sorted_mad, sorted_median, sorted_quantile, sorted_unique, upper_median,
+                    upper_median_rows, window_max, windows)
 from .robust import (MAD_TO_SIGMA, MIN_BLOCKS, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad,
                      median_mad_rows, past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows,
                      trailing_mean_se)

@@ -25,9 +25,9 @@ import numpy as np
 NETWORK_MAX = 16
 
 #: up to this many values a row, numpy's sort of the rows beats ``np.partition``: numpy 2.4's
-#: vectorised sort took 0.7-0.8x of a partition at one rank and 0.13-0.25x at two or more
-#: (numpy's partition at several ranks makes a pass per rank) on rows of 5-200 values, 1,000
-#: or 4,000 rows (1.3x at 500 values: a partition beyond); 0.35-0.8x for one row of 65-10,000.
+#: vectorised sort took 0.7-0.8x of a partition at one rank and 0.13-0.25x at two (an even
+#: window's median) on rows of 5-200 values, 100 or 4,000 rows, and 0.3x at the decile spread's
+#: four (1.3x at 500 values: a partition beyond); 0.35-0.8x for one row of 65-10,000 values.
 #: The order statistics are the same numbers either way (the sign of a zero aside: which of
 #: two equal zeros lands on a rank is the algorithm's choice, as between two partitions).
 SORT_ROWS_MAX = 256
