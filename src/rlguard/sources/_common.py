@@ -161,7 +161,7 @@ class _Bounded(io.RawIOBase):
         """The lines of :meth:`__iter__`, a list at a time (a plain file's: a block's lines)."""
         if self.raw is None:
             return _bulk_line_lists(self.f.read)
-        return line_lists(iter(self.readline, b""))
+        return lists_of(iter(self.readline, b""))
 
     def close(self) -> None:
         self.f.close()
@@ -184,23 +184,12 @@ def _bulk_lines(read) -> Iterator[bytes]:
     return chain.from_iterable(_bulk_line_lists(read))
 
 
-def line_lists(f) -> Iterator[list[bytes]]:
-    """The lines of a binary file, a list at a time: a :class:`_Bounded` file's own lists, else
-    4,096 lines of its iterator a list (a reader that takes stretches of lines extends a list
-    by a list, not line by line)."""
-    own = getattr(f, "line_lists", None)
-    if own is not None:
-        return own()
-    return _lists_of(iter(f))
-
-
-def _lists_of(lines: Iterator[bytes]) -> Iterator[list[bytes]]:
-    """4,096 lines of ``lines`` a list; where reading fails (a cut-off gzip stream), the lines
-    read before the failure come first, then the error."""
+def lists_of(lines: Iterator[bytes], n: int = 4096) -> Iterator[list[bytes]]:
+    """``n`` lines of ``lines`` a list; the lines read before a failure (a cut-off gzip) first."""
     while True:
         part: list[bytes] = []
         try:
-            part.extend(islice(lines, 4096))  # (extend keeps what came before an error)
+            part.extend(islice(lines, n))  # (extend keeps what came before an error)
         except Exception as exc:
             if part:
                 yield part

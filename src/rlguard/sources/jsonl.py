@@ -28,7 +28,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
 from .base import MAX_STEP, NULL_NAN, LogRecord, ReadStats, Reader
 from .block import block_of
-from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, line_lists, note_bad, open_binary, reading, short,
+from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short,
                       to_step, too_deep)
 from ..errors import LogFormatError
 
@@ -178,6 +178,14 @@ def _scan_blocks(f: IO[bytes], stats: ReadStats, size: int) -> Iterator[Sequence
             lineno += len(raws)
         if failed is not None:
             raise failed
+
+
+def line_lists(f) -> Iterator[list[bytes]]:
+    """The lines of a binary file, a list at a time: a bounded file's own lists (a plain big
+    file's: a block's lines, cut by C code), else 4,096 of its lines a list, so that a stretch
+    of lines is gathered a list at a time, not line by line."""
+    own = getattr(f, "line_lists", None)
+    return own() if own is not None else lists_of(iter(f))
 
 
 def _scan(f: Iterable[bytes], stats: ReadStats, size: int, fill: StepFill | None = None,
