@@ -70,13 +70,14 @@ class Spike(Detector):
         absolute = self.seen + np.arange(n)  # sample index since the start of the run
         start = absolute - absolute % p.refresh  # the block's baseline ends before this sample
         local = start - self.seen + off  # ... at this position of hist
+        vmin = float(chunk.values.min()) if n else np.inf  # (read by the screen and the spread's test)
         if local[0] >= p.window:  # (every window full: the first block's is)
             span = hist[local[0] - p.window: local[-1]]
-            if not self._possible_anywhere(float(span.min()), float(span.max()), chunk.values.min(),
-                                           chunk.values.max(), chunk.quantum):
+            if not self._possible_anywhere(float(span.min()), float(span.max()), vmin,
+                                           float(chunk.values.max()), chunk.quantum):
                 return self._all_fine(chunk)
         have = np.minimum(start, p.window)
-        spread_needed = self._spread_needed(float(chunk.values.min()) if n else np.inf)
+        spread_needed = self._spread_needed(vmin)
         med, mad, top, sd = self._baseline(hist, start, local, have, chunk.values, chunk.quantum, spread_needed)
         ok = have >= p.min_history
         spread = MAD_TO_SIGMA * mad
@@ -144,8 +145,7 @@ class Spike(Detector):
         last = first + (a - a % p.refresh) - (self.seen - self.seen % p.refresh)  # ... the last sample's
         if first < p.window:
             return None
-        t = tail[first - p.window: min(last, held)]
-        t = tail_list(t)
+        t = tail_list(tail[first - p.window: min(last, held)])
         low, high = (min(t), max(t)) if t else (lo, hi)
         if last > held:  # (windows reaching into the chunk)
             low, high = min(low, lo), max(high, hi)
