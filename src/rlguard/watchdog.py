@@ -149,7 +149,7 @@ class Watchdog:
             if rule.guards and not (comp or coincidence) and self._never_logged_guard(rule, cols):
                 inst.pass_over(col)  # every sample muted, as guard_mask would say: nothing built
                 continue
-            companion = self._companion(rule, comp, col, cols) if comp else None
+            companion = self._companion(inst, comp, col, cols) if comp else None
             if coincidence:
                 # coincidence guards are consulted only where the rule's own detector triggered
                 guards = lambda idx, rule=rule, col=col: self._guards(rule, col, cols, idx)  # noqa: E731
@@ -216,13 +216,14 @@ class Watchdog:
         seq, vals = np.concatenate([rec.seq, col.seq]), np.concatenate([rec.values, col.values])
         return seq, vals, rec.max_seen, rec.min_seen
 
-    def _companion(self, rule: Rule, comp: str, col: Column, cols: dict[str, Column]):
-        """(mean, standard error) of the companion's last ``smooth`` values as of each sample.
+    def _companion(self, inst: RuleInstance, comp: str, col: Column, cols: dict[str, Column]):
+        """(mean, standard error) of the companion's last ``smooth`` values (the detector's
+        parameter, with its default) as of each sample.
 
         The standard error comes from the companion's own noise: the robust sigma of its
         consecutive differences over its last 50 values (0 while there are fewer than 3)."""
         seq, vals, _, _ = self._series(comp, cols)
-        return trailing_mean_se(seq, vals, col.seq, int(rule.params.get("smooth", 5)))
+        return trailing_mean_se(seq, vals, col.seq, int(inst.detector.p.smooth))
 
     def _guards(self, rule: Rule, col: Column, cols: dict[str, Column],
                 idx: np.ndarray | None = None) -> np.ndarray:
