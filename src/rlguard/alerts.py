@@ -76,6 +76,7 @@ class Kind(str, Enum):
     DPO_MARGIN_EXPLOSION = "dpo_margin_explosion"
     DPO_OVERFIT = "dpo_overfit"
     DPO_NO_LEARNING = "dpo_no_learning"
+    REWARD_MISSING = "reward_missing"
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,6 +41,7 @@ from .incidents import incident_line
 from .inloop import Broadcast, InLoopGuard
 from .keep import Keep
 from .rulespec import RulePack, load_packs
+from .sources.blanks import logged_numbers
 from .stopfile import STOP_FILE
 from .trackers import TrackerAlerts
 from .verdict import Verdict
@@ -150,8 +151,7 @@ class RLGuardCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ decisions
     def _observe(self, state, control, logs: dict):
-        metrics = {k: float(v) for k, v in logs.items()
-                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        metrics = logged_numbers(logs)  # a blank TRL reward is kept as reward_blank
         key = (state.global_step, tuple(sorted(metrics.items())))
         if not metrics or key == self._last or self.guard is None:  # evaluate() logs the same dict twice
             return control

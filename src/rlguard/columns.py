@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .sources.base import MAX_STEP, NULL_BITS, LogRecord
+from .sources.blanks import DERIVED
 from .sources.block import RecordBlock
 from .vocab import Vocabulary
 
@@ -104,11 +105,12 @@ class Naming:
 
     def logged(self) -> tuple[list[str], list[str]]:
         """The keys logged (ignored ones aside), as logged: those read under a canonical name
-        (the keys an alias pattern matched, never the pattern), and those no alias maps."""
+        (the keys an alias pattern matched, never the pattern), and those no alias maps. What a
+        reader derived (``reward_blank``) was not logged and is not listed."""
         mapped = {raw for raw, name in self._name.items() if name is not None and name in self.source}
         mapped |= {src for src in self.source.values() if not _is_pattern(src)}  # a restored state
         unmapped = {raw for raw, name in self._name.items() if name is not None and name not in self.source}
-        return sorted(mapped), sorted(unmapped - mapped)
+        return sorted(mapped - DERIVED), sorted(unmapped - mapped - DERIVED)
 
 
 def _is_pattern(name: str) -> bool:

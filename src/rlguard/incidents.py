@@ -40,15 +40,17 @@ GAP_RECORDS = 5
 GAP_STEPS = 20
 #: kinds in causal order, upstream first: what a fault breaks first comes first (a learning
 #: rate or KL coefficient gone wrong, then the gradient, the loss, the KL, non-finite numbers,
-#: the policy's entropy and its rewards' spread, lengths, rewards, evaluation). A kind not listed
-#: (a custom pack's) comes after all of them.
+#: a reward function that scores nothing, the policy's entropy and its rewards' spread,
+#: lengths, rewards, evaluation). A kind not listed (a custom pack's) comes after all of them.
 CAUSAL_ORDER = ("lr_zero", "beta_collapse", "grad_explosion", "loss_spike", "dpo_margin_explosion", "kl_high",
-                "nonfinite", "dpo_likelihood_collapse", "entropy_collapse", "reward_variance_collapse", "kl_low",
-                "length_explosion", "length_collapse", "reward_drop", "dpo_no_learning", "val_divergence",
-                "dpo_overfit", "regression", "stall", "plateau", "change_point", "duplicate_run")
+                "nonfinite", "reward_missing", "dpo_likelihood_collapse", "entropy_collapse",
+                "reward_variance_collapse", "kl_low", "length_explosion", "length_collapse", "reward_drop",
+                "dpo_no_learning", "val_divergence", "dpo_overfit", "regression", "stall", "plateau",
+                "change_point", "duplicate_run")
 _RANK = {k: i for i, k in enumerate(CAUSAL_ORDER)}
 _WORDS = {"grad_explosion": "gradient explosion", "kl_high": "KL high", "kl_low": "KL low",
-          "lr_zero": "learning rate at zero", "nonfinite": "non-finite value", "beta_collapse": "KL coefficient collapse"}
+          "lr_zero": "learning rate at zero", "nonfinite": "non-finite value", "beta_collapse": "KL coefficient collapse",
+          "reward_missing": "no usable reward"}
 MAX_FOLLOWED = 50  # rule instances listed as having followed (an incident of more lists its first 50)
 
 

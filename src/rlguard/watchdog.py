@@ -27,6 +27,7 @@ from .incidents import Incidents, in_incident
 from .ruleplan import RulePlan
 from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
+from .sources.blanks import logged_numbers
 from .sources.block import RecordBlock
 from .stats import sharing, trailing_mean_se
 from .vocab import Vocabulary
@@ -74,10 +75,10 @@ class Watchdog:
         self.feeds = Feeds()  # per metric, the recent values its detectors read (kept once)
 
     # ------------------------------------------------------------------ feeding
-    def observe(self, step: int, metrics: Mapping[str, float], line: int = 0) -> list[Decision]:
-        """Online convenience: one logged step."""
-        clean = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-        return self.ingest([LogRecord(int(step), clean, line)])
+    def observe(self, step: int, metrics: Mapping[str, object], line: int = 0) -> list[Decision]:
+        """Online convenience: one logged step (its numbers; a blank TRL ``reward`` is kept as
+        ``reward_blank``, as the readers keep it)."""
+        return self.ingest([LogRecord(int(step), logged_numbers(metrics), line)])
 
     def ingest(self, records: Iterable[LogRecord]) -> list[Decision]:
         """Feed a chunk of records in arrival order; return the decisions, in order."""

@@ -8,9 +8,10 @@
 The dicts are mixed with tqdm bars (redrawn with ``\\r``; a dict may follow a bar on the same
 line), warnings and other noise, all skipped and counted. No ``eval``/``literal_eval``: a small
 regex-driven parser reads ``'key': value`` pairs where value is a number, ``nan``/``inf``,
-``None`` (missing), ``True``/``False`` (ignored), a quoted string, or a wrapper such as
-``np.float64(0.1)`` / ``tensor(0.1, device='cuda:0')`` (unwrapped, exact). Nested values are
-skipped. A dict is a record if it holds at least one number.
+``None`` (missing; a blank ``reward`` is TRL's "no usable reward", the derived metric
+``reward_blank``: :mod:`rlguard.sources.blanks`), ``True``/``False`` (ignored), a quoted
+string, or a wrapper such as ``np.float64(0.1)`` / ``tensor(0.1, device='cuda:0')``
+(unwrapped, exact). Nested values are skipped. A dict is a record if it holds at least one number.
 
 Quoted numbers are how recent transformers prints floats (``f"{v:.4g}"``): they are converted
 and get ``resolution[key]`` = the smaller of the last printed digit and the 4th significant
@@ -30,6 +31,7 @@ import re
 from typing import Any, Iterator
 
 from .base import LogRecord, ReadStats, Reader
+from .blanks import REWARD, mark_reward
 from ._common import note_bad, open_binary, reading, short, str_number, to_step
 
 # unambiguous, so a failed match backtracks in linear time (``\d+\.?\d*`` could split a run of
@@ -141,7 +143,10 @@ def _metrics(items: list[re.Match[str] | tuple[str, object]], lineno: int,
     resolution: dict[str, float] = {}
     step = None
     pending_bad = []
+    reward: dict[str, object] = {}  # the reward as printed: a number, a string or None (blank)
     for key, value in _values(items):
+        if key == REWARD:
+            reward[key] = value
         if isinstance(value, float):
             metrics[key] = value
         elif isinstance(value, str):
@@ -161,6 +166,7 @@ def _metrics(items: list[re.Match[str] | tuple[str, object]], lineno: int,
             if step is None:
                 note_bad(stats, lineno, f"{key} is not an integer: {value!r}", value=True)
             break
+    mark_reward(reward, metrics)
     if metrics:  # only a metrics dict's bad values are worth counting
         for key, value in pending_bad:
             note_bad(stats, lineno, f"value of {key!r} is not a number: {short(value)}",
@@ -182,8 +188,10 @@ def _values(items: list[Any]) -> Iterator[tuple[str, object]]:
             yield key, float(number)
         elif item.group(4) is not None or item.group(5) is not None:
             yield key, item.group(4) if item.group(4) is not None else item.group(5)
+        elif item.group(6) == "None":
+            yield key, None  # missing (a blank reward: see mark_reward)
         else:
-            yield key, _SKIPPED  # None (missing), True/False
+            yield key, _SKIPPED  # True/False
 
 
 def _unescape(key: str) -> str:

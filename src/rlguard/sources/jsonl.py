@@ -12,7 +12,8 @@ line... Rules:
   one gets the step of the previous record (W&B-style exports split one step over lines).
   The step key used is not a metric; the other keys are kept (the vocab layer ignores them).
 * values: numbers as floats; ``NaN``/``Infinity`` tokens and ``null`` (how many writers spell
-  NaN) become ``nan``/``inf``; numeric strings (``"0.5"``, ``"nan"``) are converted; other
+  NaN) become ``nan``/``inf``, except on a LLaMA-Factory ``trainer_log.jsonl`` line, whose
+  ``null`` is a key the record does not carry (:mod:`rlguard.sources.blanks`); numeric strings (``"0.5"``, ``"nan"``) are converted; other
   strings are dropped and counted in ``stats.bad_values``; bools, lists, objects are ignored.
 * a line that is not a JSON object is skipped and counted (``bad_lines``); if no line parses,
   :class:`~rlguard.errors.LogFormatError` names the first bad one. Records keep file order.
@@ -26,7 +27,8 @@ import io
 import json
 from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 
-from .base import MAX_STEP, NULL_NAN, LogRecord, ReadStats, Reader
+from .base import MAX_STEP, LogRecord, ReadStats, Reader
+from .blanks import null_of
 from .block import block_of
 from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short,
                       to_step, too_deep)
@@ -269,12 +271,13 @@ def _step_of(obj: dict[str, Any], popped: Any, stats: ReadStats, lineno: int,
 def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:
     """The metrics of a JSON object that holds more than floats (see the module rules)."""
     metrics: dict[str, float] = {}
+    null = null_of(obj)
     for key, value in obj.items():
         cls = value.__class__
         if cls is float:
             metrics[key] = value
         else:  # ints (a 400-digit one is beyond float range: not a number), null, strings...
-            json_metric(key, value, metrics, stats, line, NULL_NAN)
+            json_metric(key, value, metrics, stats, line, null)
     return metrics
 
 

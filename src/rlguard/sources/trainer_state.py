@@ -14,7 +14,9 @@
 Python's ``json`` writes bare ``NaN``/``Infinity``/``-Infinity`` tokens; they are read as
 floats. Each entry of ``log_history`` is one record, in file order, eval entries (``eval_``
 keys, sharing the step of a train entry) included as records of their own, the final summary
-(``train_runtime``) too. ``null`` is Python's ``None`` here: the value is missing. Strings that
+(``train_runtime``) too. ``null`` is Python's ``None`` here: the value is missing, except a
+blank ``reward``, which TRL writes when no completion could be scored: it becomes the derived
+metric ``reward_blank`` (:mod:`rlguard.sources.blanks`). Strings that
 are numbers are converted, other strings counted in ``bad_values``. An entry without a usable
 ``step`` gets the previous record's step (0 if none). ``LogRecord.line`` is the line of the
 entry's opening brace.
@@ -34,6 +36,7 @@ import re
 from typing import Any, Iterator
 
 from .base import LogRecord, ReadStats, Reader
+from .blanks import mark_reward
 from ._common import MAX_DEPTH, json_metric, note_bad, open_binary, reading, short, to_step, too_deep
 from ..errors import LogFormatError
 
@@ -82,6 +85,7 @@ class TrainerStateReader(Reader):
                     metrics[key] = value
                 else:
                     json_metric(key, value, metrics, stats, line, None)
+            mark_reward(entry, metrics)
             step = to_step(entry.get("step"))
             metrics.pop("step", None)
             if step is None:
