@@ -55,6 +55,9 @@ CASES = {
     # a run whose groups tie 30% of the time by chance; the fault ties from its first record
     "share": ({"below": 1e-8, "min_share": 0.8, "min_records": 25, "max_records": 200},
               np.where(rng.random(N) < 0.3, 0.0, noise), np.where(np.arange(N) < 200, 0.0, noise), 24),
+    # an invariant from the first record: exactly 0 on 80% of the first records (a dead gradient)
+    "opening": ({"equal": 0.0, "min_share": 0.8, "min_records": 5, "max_records": 100}, noise,
+                np.where(np.arange(N) < 100, 0.0, noise), 4),
     "step_down": ({"window": 1, "ref_window": 10, "max_ratio": 0.6}, noise,
                   np.where(np.arange(N) >= 150, 0.4 * noise, noise), 150),
     "null_mean": ({"window": 20}, 0.02 + 0.01 * rng.standard_normal(N),

@@ -157,6 +157,17 @@ class Early(Rolling):
         self._early_median = None
 
 
+def _lower_median(window: np.ndarray) -> float:
+    """The lower median of a partial window at the start of a run: the value at least half of
+    its records reach. Of two records the lower, not their mean, which one high record sets
+    (an entropy of 0.30 beside 0.04 is not a level of 0.17)."""
+    return float(np.sort(window)[(len(window) - 1) // 2])
+
+
+#: records a level before a collapse rests on, at the least (the calm tests)
+_LEVEL_RECORDS = 2
+
+
 @register
 class Collapse(Rolling):
     """The rolling median fell to a fraction of its highest rolling median (entropy, KL, reward
@@ -204,7 +215,7 @@ class Collapse(Rolling):
             cand = rolling(hist, rw, "median", last=n) if rw > 1 else chunk.values
             if rw > 1 and first < rw - 1:  # partial windows at the start of the run: lower median
                 for j in range(min(n, rw - 1 - first)):
-                    cand[j] = median(hist[: len(hist) - n + j + 1][-rw:])
+                    cand[j] = _lower_median(hist[: len(hist) - n + j + 1][-rw:])
         if n:
             screened = self._screened(chunk, level, cand, first)
             if screened is not None:
@@ -300,7 +311,7 @@ class Collapse(Rolling):
             elif rw == 1:
                 cand = values[j]
             elif pos < rw - 1:  # a partial window at the start of the run: lower median
-                cand = median(hist[: len(hist) - n + j + 1][-rw:])
+                cand = _lower_median(hist[: len(hist) - n + j + 1][-rw:])
             else:
                 if full is None:
                     full = rolling(hist, rw, "median", last=n)
@@ -325,8 +336,9 @@ class Collapse(Rolling):
     def _calm(self, hist: np.ndarray, n: int, ref: np.ndarray, level: np.ndarray,
               where: np.ndarray) -> np.ndarray:
         """Where each candidate may be judged: the 10 samples before it, less the collapse in
-        progress, stayed within ``max_spread`` of each other, and (``recent_ratio``) the level
-        fell that far below their median."""
+        progress, are at least two (a level that one record sets, as one entropy of 0.30
+        before a run of 0.02-0.06, is not a level to fall from), stayed within ``max_spread``
+        of each other, and (``recent_ratio``) the level fell that far below their median."""
         p = self.p
         out = np.zeros(len(where), dtype=bool)
         off = len(hist) - n
@@ -335,7 +347,7 @@ class Collapse(Rolling):
             low = prev <= p.max_ratio * ref[j]
             streak = len(low) - (np.flatnonzero(~low)[-1] + 1) if (~low).any() else len(low)
             prev = prev[: len(prev) - streak]  # the collapse in progress is not noise; earlier dips are
-            ok = len(prev) > 0
+            ok = len(prev) >= _LEVEL_RECORDS
             if ok and p.max_spread is not None:
                 ok = prev.min() > 0 and prev.max() <= p.max_spread * prev.min()
             if ok and p.recent_ratio is not None:
