@@ -14,6 +14,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from rlguard.sources import open_reader, read_log
 from rlguard.sources.blanks import REWARD_BLANK
 from rlguard.watchdog import Watchdog
@@ -143,3 +145,20 @@ def test_a_dense_null_in_a_generic_json_lines_log_is_still_nan(tmp_path):
     alerts = check(path)
     assert reward_missing(alerts) == []
     assert ("nonfinite", 10, "reward_mean") in severe(alerts)
+
+
+def test_a_blank_trl_reward_logged_to_wandb_is_no_usable_reward(tmp_path):
+    """transformers' WandbCallback logs TRL's dict as it is (``train/`` before each key): W&B
+    keeps the None as JSON null. The reward family's nulls are the blank, not NaN."""
+    pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'rlguard[wandb]')")
+    from wandb_frames import frame, history
+
+    rows = [{("train/" + k): v for k, v in e.items() if k not in ("step", "epoch")} for e in trl_history(range(10, 30))]
+    path = tmp_path / "run-abc.wandb"
+    path.write_bytes(frame([history(s, **row) for s, row in enumerate(rows, 1)]))
+    records, _, fmt = read_log(str(path))
+    assert fmt == "wandb" and [r.metrics[REWARD_BLANK] for r in records][8:11] == [0.0, 1.0, 1.0]
+    assert not any("train/reward_std" in r.metrics or "train/rewards/acc/mean" in r.metrics for r in records[9:29])
+    alerts = check(path)
+    assert reward_missing(alerts) == [("RLG-REWARD-MISSING", 12), ("RLG-REWARD-MISSING-ALL", 19)]
+    assert not [a for a in alerts if a.kind == "nonfinite"]

@@ -23,6 +23,7 @@ from rlguard.cli import main
 from rlguard.errors import LogFormatError
 from rlguard.sources import detect_format, open_reader, read_log, resolve_log
 from rlguard.sources.base import LogRecord
+from rlguard.sources.blanks import DERIVED
 from wandb_frames import frame, history
 
 #: alerts the rows below must raise (the comparison with JSONL would pass on none)
@@ -64,7 +65,8 @@ def _nan_safe(metrics: dict) -> dict:
 
 
 def got(records: list[LogRecord]) -> list[tuple[int, dict]]:
-    return [(r.step, _nan_safe(r.metrics)) for r in records]
+    """The records as logged: what a reader derived (``reward_blank``) left out."""
+    return [(r.step, _nan_safe({k: v for k, v in r.metrics.items() if k not in DERIVED})) for r in records]
 
 
 def write_jsonl(path: Path, logged: list[dict]) -> Path:

@@ -22,8 +22,11 @@ Each writer's meaning, with the source line that writes it (docs/formats.md has 
 
 What readers do with it: a blank TRL ``reward`` becomes the derived metric :data:`REWARD_BLANK`
 (1.0; a record with a numeric ``reward`` gets 0.0), and the key itself is not logged, in the
-``trainer_state.json`` reader, the TRL console reader, :meth:`Watchdog.observe` and
-``RLGuardCallback``, so the ``reward_missing`` rules judge every path alike. A LLaMA-Factory
+``trainer_state.json`` reader, the TRL console reader, the W&B reader (``train/reward``: W&B
+keeps the None that transformers' ``WandbCallback`` logs as JSON null), :meth:`Watchdog.observe`
+and ``RLGuardCallback``, so the ``reward_missing`` rules judge every path alike. TensorBoard and
+MLflow never see it: transformers' ``TensorBoardCallback`` and ``MLflowCallback`` drop a None
+("... so we dropped this attribute"), so there a blank reward is a reward not logged. A LLaMA-Factory
 line's nulls are not logged (:func:`null_of`). Other JSON lines keep ``NULL_NAN``.
 """
 from __future__ import annotations
@@ -34,6 +37,8 @@ from .base import NULL_NAN
 
 #: the key TRL leaves blank when no completion of the window could be scored
 REWARD = "reward"
+#: that key as logged: by TRL, and by transformers' WandbCallback (``rewrite_logs``: ``train/``)
+REWARD_KEYS = (REWARD, "train/reward")
 #: derived metric: 1.0 where the record's ``reward`` was blank, 0.0 where it was a number
 REWARD_BLANK = "reward_blank"
 #: metrics readers derive (not logged by the trainer: coverage does not list them as logged)
@@ -45,13 +50,26 @@ _LLAMAFACTORY_KEYS = ("current_steps", "total_steps", "percentage", "elapsed_tim
 
 def mark_reward(raw: Mapping[str, object], metrics: dict[str, float]) -> None:
     """Add :data:`REWARD_BLANK` to ``metrics`` (the numbers read from ``raw``): 1.0 when
-    ``raw["reward"]`` is blank, 0.0 when it was read as a number; nothing when the record has
-    no ``reward`` (an evaluation, a summary) or one that is not a number."""
-    if REWARD in raw:
-        if raw[REWARD] is None:
-            metrics[REWARD_BLANK] = 1.0
-        elif REWARD in metrics:
-            metrics[REWARD_BLANK] = 0.0
+    ``raw``'s reward (:data:`REWARD_KEYS`) is blank, 0.0 when it was read as a number; nothing
+    when the record has no reward (an evaluation, a summary) or one that is not a number."""
+    for key in REWARD_KEYS:
+        if key in raw:
+            if raw[key] is None:
+                metrics[REWARD_BLANK] = 1.0
+            elif key in metrics:
+                metrics[REWARD_BLANK] = 0.0
+            return
+
+
+def reward_family(key: str) -> bool:
+    """TRL's reward keys, which it leaves blank together: ``reward``, ``reward_std``,
+    ``rewards/<fn>/mean`` and ``rewards/<fn>/std``, also as ``WandbCallback`` logs them
+    (``train/`` before each)."""
+    if key.startswith("train/"):
+        key = key[6:]
+    if key in (REWARD, "reward_std"):
+        return True
+    return key.startswith("rewards/") and key.endswith(("/mean", "/std"))
 
 
 def logged_numbers(logs: Mapping[str, object]) -> dict[str, float]:

@@ -16,7 +16,10 @@ console output, system stats and config are passed over without being counted.
   ``global_step`` or ``step``; that key is not a metric. A row without one (a table logged
   on its own) takes the previous row's step once one had it, else W&B's own ``_step``.
 * names: the logged key (``train/loss``); nested dicts are joined with ``.`` as W&B shows them.
-* values: numbers as floats, NaN and +-inf kept; ``null`` as in JSONL logs (``NULL_NAN``).
+* values: numbers as floats, NaN and +-inf kept; ``null`` as in JSONL logs (``NULL_NAN``),
+  except a null ``train/reward`` (TRL's blank reward, logged by ``WandbCallback``): the derived
+  metric ``reward_blank`` (:mod:`rlguard.sources.blanks`); the null spread and per-function
+  means TRL writes with it (``train/reward_std``, ``train/rewards/<fn>/mean``) are not logged.
   Strings, bools, lists and media (histograms, tables, images: an object with a ``_type``)
   are dropped and counted in ``stats.bad_values``. W&B's bookkeeping (``_step``, ``_runtime``,
   ``_timestamp``, ``_wandb``) is not kept. A row left without metrics is not a record.
@@ -44,6 +47,7 @@ from typing import IO, Iterator
 from ..errors import LogFormatError
 from ._common import json_metric, note_bad, open_binary, reading, short, to_step
 from .base import NULL_NAN, Appended, LogRecord, ReadStats, Reader
+from .blanks import REWARD_BLANK, REWARD_KEYS, reward_family
 
 HEADER = struct.pack("<4sHB", b":W&B", 0xBEE1, 0)
 _BLOCK, _CHUNK = 32 * 1024, 7
@@ -274,6 +278,8 @@ class _Rows:
             others = [(k, t) for k, t in others if not k.startswith("_wandb")]
         if others:
             self._others(others, metrics, n)
+        if REWARD_BLANK not in metrics and (REWARD_KEYS[0] in metrics or REWARD_KEYS[1] in metrics):
+            metrics[REWARD_BLANK] = 0.0  # a reward was scored (the marker is 1.0 where it was blank)
         steps = {}
         for key in STEP_KEYS:
             step = to_step(metrics.get(key))
@@ -303,7 +309,10 @@ class _Rows:
         except ValueError:
             note_bad(self.stats, n, f"value of {key!r} is not JSON: {short(text)}", value=True)
             return
-        if value is None or value.__class__ is str:
+        if value is None and reward_family(key):  # TRL's blank reward: nothing was scored
+            if key in REWARD_KEYS:
+                metrics[REWARD_BLANK] = 1.0  # (its spread and per-function means: not logged)
+        elif value is None or value.__class__ is str:
             json_metric(key, value, metrics, self.stats, n, NULL_NAN)
         else:
             note_bad(self.stats, n, f"value of {key!r} is not a number: {short(text)}", value=True)
