@@ -285,7 +285,8 @@ def test_wandb_chart_csv_export(tmp_path):
     """W&B chart exports name columns '<run> - <metric>' and add __MIN/__MAX envelopes."""
     p = tmp_path / "wandb_export.csv"
     rows = ["Step,run-7 - train/reward,run-7 - train/reward__MIN,run-7 - train/reward__MAX,run-7 - train/loss"]
-    rows += [f"{s},0.5,0.4,0.6,{'nan' if s == 30 else 0.1}" for s in range(1, 40)]
+    # (a reward that varies: a constant one is a fault of its own, RLG-REWARD-CONSTANT-FROM-START)
+    rows += [f"{s},{0.5 + 0.01 * (s % 3):.2f},0.4,0.6,{'nan' if s == 30 else 0.1}" for s in range(1, 40)]
     p.write_text("\n".join(rows) + "\n")
     r = check(p, "--format", "json")
     objs = [json.loads(x) for x in r.stdout.splitlines()]

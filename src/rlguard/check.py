@@ -166,4 +166,6 @@ def _notes(wd: Watchdog, stats) -> list[str]:
     used = sorted(f"{c}<-{s}" for c, s in wd.naming.source.items() if c != s)
     if used:
         notes.append("metrics read as: " + ", ".join(used))
+    if wd.seq:
+        notes.append(wd.family_note())
     return notes

@@ -112,6 +112,7 @@ class Rule(BaseModel):
         "the rule's false-alarm rate: warnings per 100 healthy 1,000-step runs (in-control ARL0 = "
         "100,000 / false_alarms training steps), measured by bench/false_alarms.py and asserted by "
         "tests/healthy; omitted, the rule claims an equal share of the pack's budget of 1"))
+    families: list[Literal["rl", "preference", "supervised"]] = Field([], description="run families (rlguard.family)")
     enabled: bool = True
     labels: dict[str, str] = {}
     annotations: dict[str, str] = Field({}, description=(

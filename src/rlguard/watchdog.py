@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import coverage
+from . import coverage, family
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
 from .engine import RuleInstance
@@ -70,6 +70,8 @@ class Watchdog:
         self._dense: dict[str, list[int]] = {}  # per metric, seq of its last 3 real values (null rule)
         self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
+        self._names: set[str] = set()  # every metric the run logged (canonical names): its family
+        self.family, self.family_keys = family.infer(())
         self._chunk_series: dict[str, tuple] = {}
         self.incidents = Incidents()
         self.feeds = Feeds()  # per metric, the recent values its detectors read (kept once)
@@ -101,6 +103,9 @@ class Watchdog:
         new_alerts: list[tuple[int, int, Alert, str | None]] = []
         for name, col in cols.items():
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
+        if not self._names.issuperset(cols):  # a metric new to the run: its family may widen
+            self._names.update(cols)
+            self.family, self.family_keys = family.infer(self._names)
         self._track_best(cols, pending)
         with sharing():  # a statistic several rules read is computed once (rlguard.stats.shared)
             for name, col in cols.items():
@@ -137,6 +142,8 @@ class Watchdog:
         for rule, key in plan.rules_for(name):
             if name not in rule.metrics and not self._wild_applies(rule, name, col, key):
                 continue
+            if rule.families and self.family not in rule.families:
+                continue  # a rule of another trainer family (entropy falls in SFT by design)
             inst = self.instances.get(key)
             if inst is None:
                 inst = self.instances[key] = RuleInstance(rule, name).borrow_from(self.feeds)
@@ -268,6 +275,13 @@ class Watchdog:
         raw, unmapped = self.naming.logged()
         return {"rules": len(self.rules), "idle": idle, "metrics": sorted(seen), "raw": raw, "unmapped": unmapped}
 
+    def family_note(self) -> str:
+        """The trainer family read from the run's metrics, its evidence, and how many rules
+        that watch a metric the run logs were not applied because they hold for other families."""
+        muted = sum(1 for r in self.rules
+                    if r.families and self.family not in r.families and self._names.intersection(r.metrics))
+        return family.note(self.family, self.family_keys, muted)
+
     def idle_note(self, with_metrics: bool = True) -> str | None:
         """One line on the rules that had nothing to watch: a pack's own rules by id (a misspelt
         metric shows here), the default pack's by count (a GRPO log has no DPO metrics), and
@@ -304,6 +318,7 @@ class Watchdog:
             "prev": None if self._prev is None else [self._prev.step, self._prev.metrics],
             "dense": self._dense,
             "finite_seen": sorted(self._finite_seen),
+            "names": sorted(self._names),
             "incidents": self.incidents.state_dict(),
             "feeds": self.feeds.state_dict(arrays),
         }
@@ -338,6 +353,8 @@ class Watchdog:
                                               Alert.from_dict(st["alert"]) if st.get("alert") else None,
                                               st.get("kind", ""))
             self._finite_seen = set(s.get("finite_seen", []))
+            self._names = set(s.get("names", []))  # (none before: the next records say)
+            self.family, self.family_keys = family.infer(self._names)
             self._dense = {str(k): [int(x) for x in v][-3:] for k, v in (s.get("dense") or {}).items()}
             if s.get("prev"):
                 self._prev = LogRecord(int(s["prev"][0]), dict(s["prev"][1]), 0)

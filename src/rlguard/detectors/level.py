@@ -17,7 +17,7 @@ import math
 import numpy as np
 from pydantic import Field
 
-from ..stats import median
+from ..stats import lower_median, median
 from .base import (FINE, SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail,
                    register, rolling, tail_list)
 from .simple import compare
@@ -157,17 +157,6 @@ class Early(Rolling):
         self._early_median = None
 
 
-def _lower_median(window: np.ndarray) -> float:
-    """The lower median of a partial window at the start of a run: the value at least half of
-    its records reach. Of two records the lower, not their mean, which one high record sets
-    (an entropy of 0.30 beside 0.04 is not a level of 0.17)."""
-    return float(np.sort(window)[(len(window) - 1) // 2])
-
-
-#: records a level before a collapse rests on, at the least (the calm tests)
-_LEVEL_RECORDS = 2
-
-
 @register
 class Collapse(Rolling):
     """The rolling median fell to a fraction of its highest rolling median (entropy, KL, reward
@@ -215,7 +204,7 @@ class Collapse(Rolling):
             cand = rolling(hist, rw, "median", last=n) if rw > 1 else chunk.values
             if rw > 1 and first < rw - 1:  # partial windows at the start of the run: lower median
                 for j in range(min(n, rw - 1 - first)):
-                    cand[j] = _lower_median(hist[: len(hist) - n + j + 1][-rw:])
+                    cand[j] = lower_median(hist[: len(hist) - n + j + 1][-rw:])
         if n:
             screened = self._screened(chunk, level, cand, first)
             if screened is not None:
@@ -311,7 +300,7 @@ class Collapse(Rolling):
             elif rw == 1:
                 cand = values[j]
             elif pos < rw - 1:  # a partial window at the start of the run: lower median
-                cand = _lower_median(hist[: len(hist) - n + j + 1][-rw:])
+                cand = lower_median(hist[: len(hist) - n + j + 1][-rw:])
             else:
                 if full is None:
                     full = rolling(hist, rw, "median", last=n)
@@ -347,7 +336,7 @@ class Collapse(Rolling):
             low = prev <= p.max_ratio * ref[j]
             streak = len(low) - (np.flatnonzero(~low)[-1] + 1) if (~low).any() else len(low)
             prev = prev[: len(prev) - streak]  # the collapse in progress is not noise; earlier dips are
-            ok = len(prev) >= _LEVEL_RECORDS
+            ok = len(prev) >= 2  # a level rests on two records at the least
             if ok and p.max_spread is not None:
                 ok = prev.min() > 0 and prev.max() <= p.max_spread * prev.min()
             if ok and p.recent_ratio is not None:

@@ -93,11 +93,11 @@ class Opening(Detector):
         constant: bool = Field(False, description="the value equals the one it had where first met")
         abs: bool = Field(False, description="judge |value|")
         with_metric: str | None = Field(None, description="a second metric that must meet its own condition in the record")
-        with_above: float | None = None
-        with_below: float | None = None
-        with_equal: float | None = None
-        with_constant: bool = False
-        with_abs: bool = False
+        with_above: float | None = Field(None, description="the companion is above this")
+        with_below: float | None = Field(None, description="the companion is below this")
+        with_equal: float | None = Field(None, description="the companion equals this")
+        with_constant: bool = Field(False, description="the companion equals the value it had where first met")
+        with_abs: bool = Field(False, description="judge the companion's |value|")
         smooth: int = Field(1, ge=1, le=1, description="the companion's value in the record itself (fixed)")
         min_share: float = Field(1.0, gt=0, le=1, description="fires while this share of the judged records met it")
         min_records: int = Field(3, ge=1, description="records judged before it speaks")

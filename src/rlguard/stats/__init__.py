@@ -29,7 +29,7 @@ by ``bench/river_compare.py`` (river 0.26.1, 100,000 Student-t values, window 30
 - it would bring a compiled dependency, with pandas and scipy, into a monitor core that
   keeps to numpy, pydantic and PyYAML.
 """
-from .order import (RollingMedian, median, median_rows, quantile_lerp, quantile_ranks, ranked, rolling_median,
+from .order import (RollingMedian, lower_median, median, median_rows, quantile_lerp, quantile_ranks, ranked, rolling_median,
                     sorted_finite, sorted_mad, sorted_median, sorted_quantile, sorted_unique, upper_median,
                     upper_median_rows, window_max, windows)
 from .robust import (MAD_TO_SIGMA, MIN_BLOCKS, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad,
@@ -39,7 +39,7 @@ from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
 from .shared import shared_rolling_median, sharing
 from .split import best_split_l2
 
-__all__ = ["RollingMedian", "median", "median_rows", "quantile_lerp", "quantile_ranks", "ranked", "rolling_median",
+__all__ = ["RollingMedian", "lower_median", "median", "median_rows", "quantile_lerp", "quantile_ranks", "ranked", "rolling_median",
            "sorted_finite", "sorted_mad", "sorted_median", "sorted_quantile", "sorted_unique", "upper_median",
            "upper_median_rows", "window_max", "windows",
            "MAD_TO_SIGMA", "MIN_BLOCKS", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
