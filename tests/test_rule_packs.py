@@ -17,7 +17,8 @@ from rlguard.ruletests import expand_series, find_test_files, run_file
 
 REQUIRED_KINDS = {"nonfinite", "val_divergence", "beta_collapse", "kl_low", "kl_high",
                   "reward_variance_collapse", "entropy_collapse", "loss_spike", "grad_explosion",
-                  "length_explosion", "reward_drop", "lr_zero", "plateau", "change_point", "regression"}
+                  "length_explosion", "reward_drop", "lr_zero", "plateau", "change_point", "regression",
+                  "reward_missing"}
 
 
 def test_default_pack_lint():
