@@ -30,7 +30,7 @@ from rlguard.rulespec import load_packs  # noqa: E402
 
 _PACKS = None
 SHORT = {"gauss": "gauss", "t3": "t3", "tiny_group": "tiny", "ar1": "ar1", "outliers": "outl",
-         "learning_curve": "curve", "warmup": "warm", "t2": "t2", "t2_ar1": "t2ar"}
+         "learning_curve": "curve", "warmup": "warm", "t2": "t2", "t2_ar1": "t2ar", "t3_ar1": "t3ar"}
 
 
 def _work(spec):

@@ -55,6 +55,8 @@ CASES = {
     # a run whose groups tie 30% of the time by chance; the fault ties from its first record
     "share": ({"below": 1e-8, "min_share": 0.8, "min_records": 25, "max_records": 200},
               np.where(rng.random(N) < 0.3, 0.0, noise), np.where(np.arange(N) < 200, 0.0, noise), 24),
+    # a step of 3 noise sigmas down, piled up by Page's CUSUM on the innovations
+    "cusum": ({"k": 0.75, "h": 10.0, "ref_window": 40}, noise, np.where(np.arange(N) >= 150, noise - 0.15, noise), 150),
     # an invariant from the first record: exactly 0 on 80% of the first records (a dead gradient)
     "opening": ({"equal": 0.0, "min_share": 0.8, "min_records": 5, "max_records": 100}, noise,
                 np.where(np.arange(N) < 100, 0.0, noise), 4),

@@ -28,6 +28,9 @@ Noise models (applied to the per-step signal before logging):
   bump on the same step.
 - ``learning_curve``: a large early rise of the reward (fall of the loss), then a plateau.
 - ``warmup``: lr from 0 over the first 5% of steps, metrics unsettled meanwhile.
+- ``t3_ar1`` (an extra, ``--noise t3_ar1``): Student-t(3) innovations through an AR(1) with
+  phi 0.6 (heavy tails that persist for a few records, as a real reward's do), unit
+  variance, on a reward that rises then stays flat (as ``learning_curve``).
 
 Logging every ``interval`` steps the way transformers' Trainer does: metrics it accumulates
 are the mean over the window, ``grad_norm`` and the learning rate are the value at the logged
@@ -47,7 +50,7 @@ from rlguard.sources.base import LogRecord
 FAMILIES = ("grpo", "ppo", "dpo", "sft")
 NOISES = ("gauss", "t3", "tiny_group", "ar1", "outliers", "learning_curve", "warmup")
 #: harsher models the bench can ask for by name (``--noise t2``), outside the suite's sample
-EXTRA_NOISES = ("t2", "t2_ar1")
+EXTRA_NOISES = ("t2", "t2_ar1", "t3_ar1")
 INTERVALS = (1, 10, 50)
 #: other logging intervals the bench can ask for (``--interval 5``)
 EXTRA_INTERVALS = (2, 5, 20, 25, 100)
@@ -100,6 +103,8 @@ class Noise:
             e = rng.standard_normal(n)
         if self.model in ("ar1", "t2_ar1"):
             e = 0.5 * e + slow * ar1(rng, n)
+        if self.model == "t3_ar1":  # heavy tails that persist: t3 innovations, phi 0.6
+            e = ar1_of(np.clip(rng.standard_t(3, n), -T_CLIP, T_CLIP), 0.6)
         return e * self.unsettled
 
     def spiked(self, values: np.ndarray, level: float) -> np.ndarray:
@@ -113,6 +118,16 @@ class Noise:
         f = np.ones(self.n)
         f[self.spikes] = self.rng.uniform(lo, hi, int(self.spikes.sum()))
         return f
+
+
+def ar1_of(e: np.ndarray, phi: float) -> np.ndarray:
+    """x_t = phi x_{t-1} + e_t from x_0 = e_0 (a fast AR(1): phi <= 0.9, so no blocks needed)."""
+    out = np.empty(len(e))
+    x = 0.0
+    for i, v in enumerate(e.tolist()):
+        x = phi * x + v
+        out[i] = x
+    return out * math.sqrt(1 - phi * phi)
 
 
 def ar1(rng: np.random.Generator, n: int, phi: float = 0.99) -> np.ndarray:
@@ -172,7 +187,7 @@ def grad_norm(rng: np.random.Generator, n: int, noise: Noise, lo: float, hi: flo
 
 
 def reward_level(rng: np.random.Generator, n: int, noise: Noise) -> np.ndarray:
-    if noise.model == "learning_curve":
+    if noise.model in ("learning_curve", "t3_ar1"):  # a rise, then flat
         r0, rise = rng.uniform(0.03, 0.15), rng.uniform(0.4, 0.7)
         tau = time_const(rng, n, 0.05, 0.2, 1000)
     else:
