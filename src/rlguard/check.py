@@ -8,6 +8,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
+from . import few
 from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
@@ -168,4 +169,5 @@ def _notes(wd: Watchdog, stats) -> list[str]:
         notes.append("metrics read as: " + ", ".join(used))
     if wd.seq:
         notes.append(wd.family_note())
+    notes += [n for m, v in sorted(wd.opening.items()) if (n := few.note(m, v))]
     return notes

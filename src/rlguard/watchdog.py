@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from . import coverage, family
+from . import coverage, family, few
 from .alerts import Action, Alert, Decision
 from .columns import Column, Naming, Recent, columnize
 from .engine import RuleInstance
@@ -71,6 +71,7 @@ class Watchdog:
         self._finite_seen: set[str] = set()  # metrics that had a finite value (wildcard rules)
         self._latest: dict[str, tuple[float, int]] = {}  # metric -> (latest value, its step)
         self._names: set[str] = set()  # every metric the run logged (canonical names): its family
+        self.opening: dict[str, list[float]] = {}  # a reward's first few values (check's few-records note)
         self.family, self.family_keys = family.infer(())
         self._chunk_series: dict[str, tuple] = {}
         self.incidents = Incidents()
@@ -103,6 +104,10 @@ class Watchdog:
         new_alerts: list[tuple[int, int, Alert, str | None]] = []
         for name, col in cols.items():
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
+        for name in few.WATCHED.intersection(cols):
+            kept = self.opening.setdefault(name, [])
+            if len(kept) < few.KEEP:
+                kept.extend(cols[name].values[: few.KEEP - len(kept)].tolist())
         if not self._names.issuperset(cols):  # a metric new to the run: its family may widen
             self._names.update(cols)
             self.family, self.family_keys = family.infer(self._names)
