@@ -29,7 +29,7 @@ from .rulespec import CheckpointOnBest, Rule, RulePack, load_packs
 from .sources.base import LogRecord
 from .sources.blanks import logged_numbers
 from .sources.block import RecordBlock
-from .stats import sharing, trailing_mean_se
+from .stats import latest_finite, sharing, trailing_mean_se
 from .vocab import Vocabulary
 
 STATE_VERSION = 3  # 2: the run's incidents (none open in a version-1 state); 3: feeds (rlguard.feeds)
@@ -236,6 +236,8 @@ class Watchdog:
         The standard error comes from the companion's own noise: the robust sigma of its
         consecutive differences over its last 50 values (0 while there are fewer than 3)."""
         seq, vals, _, _ = self._series(comp, cols)
+        if not inst.detector.companion_noise:  # its value in the record, no noise needed
+            return latest_finite(seq, vals, col.seq), np.zeros(len(col.seq))
         return trailing_mean_se(seq, vals, col.seq, int(inst.detector.p.smooth))
 
     def _guards(self, rule: Rule, col: Column, cols: dict[str, Column],

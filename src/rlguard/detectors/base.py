@@ -68,6 +68,8 @@ class Detector(ABC):
     wants_nonfinite: ClassVar[bool] = False
     #: name of the params field naming a companion metric, for two-metric detectors
     companion_param: ClassVar[str | None] = None
+    #: False: the detector reads the companion's value only, not its noise (``Chunk.other_se``)
+    companion_noise: ClassVar[bool] = True
     #: True when ``ref_step`` is the step of the metric's best value (the checkpoint to keep)
     ref_is_best: ClassVar[bool] = False
     #: attributes (``tail``, ``tail_steps``) the watchdog may lend from the metric's shared

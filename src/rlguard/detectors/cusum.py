@@ -21,7 +21,8 @@ keeps one heavy-tailed record from deciding: a Student-t(3) outlier adds at most
 The reference is the ``ref_window`` records that end ``gap`` records before the excursion in
 progress began (where S last was 0), so a slow change cannot drag its own reference with it;
 an excursion longer than ``max_run`` records without a decision is a wander, and the
-reference moves on. The reference is re-estimated every ``refit`` records while S is 0.
+reference moves on. The reference is re-estimated at every ``refit``-th record while S is 0
+(all of a replay's at once, from its windows).
 """
 from __future__ import annotations
 
@@ -32,17 +33,25 @@ from ..stats import MAD_TO_SIGMA, median
 from .base import FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, fmt, register
 
 
+def ar1_reference_rows(view: np.ndarray, max_phi: float) -> np.ndarray:
+    """Per row of reference windows: (median, lag-1 autocorrelation clipped to [0, max_phi],
+    robust scale of the AR(1) innovations, NaN where it is 0 (a constant window), robust spread
+    of the values themselves), as the columns of a (rows, 4) array. Row by row the same numbers
+    whatever the number of rows (a replay's many, a live run's one)."""
+    mu = np.median(view, axis=1)
+    d = view - mu[:, None]
+    den = (d[:, :-1] * d[:, :-1]).sum(axis=1)
+    num = (d[:, 1:] * d[:, :-1]).sum(axis=1)
+    phi = np.clip(np.divide(num, den, out=np.zeros_like(num), where=den > 0), 0.0, max_phi)
+    e = d[:, 1:] - phi[:, None] * d[:, :-1]
+    scale = MAD_TO_SIGMA * np.median(np.abs(e - np.median(e, axis=1)[:, None]), axis=1)
+    spread = MAD_TO_SIGMA * np.median(np.abs(d), axis=1)
+    return np.column_stack([mu, phi, np.where(scale > 0, scale, np.nan), spread])
+
+
 def ar1_reference(x: np.ndarray, max_phi: float) -> tuple[float, float, float, float]:
-    """(median, lag-1 autocorrelation clipped to [0, max_phi], robust scale of the AR(1)
-    innovations, robust spread of the values themselves) of a reference window; the scale is
-    NaN where it is 0 (a constant window)."""
-    mu = median(x)
-    d = x - mu
-    den = float(np.dot(d[:-1], d[:-1]))
-    phi = min(max(float(np.dot(d[1:], d[:-1])) / den, 0.0), max_phi) if den > 0 else 0.0
-    e = d[1:] - phi * d[:-1]
-    s = MAD_TO_SIGMA * median(np.abs(e - median(e)))
-    return mu, phi, s if s > 0 else float("nan"), MAD_TO_SIGMA * median(np.abs(d))
+    """:func:`ar1_reference_rows` of one window."""
+    return tuple(ar1_reference_rows(np.asarray(x, dtype=float)[None, :], max_phi)[0].tolist())
 
 
 @register
@@ -63,7 +72,7 @@ class Cusum(Detector):
         within: int | None = Field(None, ge=1, description=(
             "fires only while the excursion is at most this many records old: a step piles up "
             "evidence at once, a wander eases down (None: any age)"))
-        refit: int = Field(5, ge=1, description="re-estimate the reference every N records while S is 0")
+        refit: int = Field(3, ge=1, description="re-estimate the reference at every N-th record while S is 0")
         early: int = Field(10, ge=3, description="the run's first N records give its starting level")
         min_gain_sigmas: float = Field(0.0, ge=0, description=(
             "judged only once the reference level is this many noise sigmas from the starting "
@@ -82,45 +91,63 @@ class Cusum(Detector):
         self.tail: list[float] = []  # the last values: reference + gap + the excursion
         self.s = 0.0
         self.run = 0  # records of the excursion in progress (S > 0)
-        self.ref: tuple[float, float, float] | None = None
-        self.age = 0  # records since the reference was estimated
+        self.ref: tuple[float, float, float, float] | None = None
+        self.count = 0  # records seen: the reference is re-estimated where a multiple of refit
         self.first: list[float] = []  # the run's first ``early`` values
 
     def scan(self, chunk: Chunk) -> Scan:
         p = self.p
-        n = len(chunk.values)
-        verdict = np.full(n, UNKNOWN, dtype=np.int8)
-        stat, refs = np.zeros(n), np.full(n, np.nan)
+        values = chunk.values.tolist()
+        n = len(values)
+        verdict, stat, refs = [UNKNOWN] * n, [0.0] * n, [float("nan")] * n
         sign = -1.0 if p.direction == "down" else 1.0
-        keep = p.ref_window + p.gap + p.max_run + 1
-        for i, x in enumerate(chunk.values.tolist()):
-            tail = self.tail
-            if self.s == 0.0 and (self.ref is None or self.age >= p.refit) and len(tail) >= p.ref_window + p.gap:
-                end = len(tail) - p.gap
-                self.ref = ar1_reference(np.asarray(tail[end - p.ref_window:end]), p.max_phi)
-                self.age = 0
-            ref, prev = self.ref, tail[-1] if tail else None
-            if len(self.first) < p.early:
-                self.first.append(x)
+        keep, k, h, clip = p.ref_window + p.gap + p.max_run + 1, p.k, p.h, p.clip
+        fits = self._references(values)
+        tail, first = self.tail, self.first
+        cum, run, ref, count = self.s, self.run, self.ref, self.count
+        for i, x in enumerate(values):
+            if cum == 0.0 and i in fits:
+                ref = fits[i]
+            prev = tail[-1] if tail else None
+            if len(first) < p.early:
+                first.append(x)
             tail.append(x)
             if len(tail) > keep:
                 del tail[0]
-            self.age += 1
+            count += 1
             if ref is None or prev is None or ref[2] != ref[2]:
                 continue
-            mu, phi, s, spread = ref
-            z = ((x - mu) - phi * (prev - mu)) / s
-            z = min(max(z, -p.clip), p.clip)
-            self.s = max(0.0, self.s + sign * z - p.k)
-            self.run = self.run + 1 if self.s > 0 else 0
-            if self.run > p.max_run:  # a wander, not a step: the reference moves on
-                self.s, self.run = 0.0, 0
-            fast = p.within is None or self.run <= p.within
-            verdict[i] = TRIGGERED if self.s >= p.h and fast and self._gave_back(mu, phi, s, spread, sign) else FINE
-            stat[i], refs[i] = self.s, mu
-        return Scan(verdict, stat, refs)
+            mu, phi, scale, spread = ref
+            z = ((x - mu) - phi * (prev - mu)) / scale
+            z = clip if z > clip else -clip if z < -clip else z
+            cum = cum + sign * z - k
+            cum = cum if cum > 0.0 else 0.0
+            run = run + 1 if cum > 0.0 else 0
+            if run > p.max_run:  # a wander, not a step: the reference moves on
+                cum, run = 0.0, 0
+            hit = (cum >= h and (p.within is None or run <= p.within)
+                   and self._gave_back(mu, phi, scale, spread, sign, run))
+            verdict[i], stat[i], refs[i] = TRIGGERED if hit else FINE, cum, mu
+        self.s, self.run, self.ref, self.count = cum, run, ref, count
+        return Scan(np.array(verdict, dtype=np.int8), np.array(stat), np.array(refs))
 
-    def _gave_back(self, mu: float, phi: float, s: float, spread: float, sign: float) -> bool:
+    def _references(self, values: list[float]) -> dict[int, tuple]:
+        """The reference that may be taken before each sample of the chunk at which the run's
+        record count is a multiple of ``refit`` and ``ref_window`` + ``gap`` records came
+        before (taken there where S is 0): every one at once, from the history's windows."""
+        p = self.p
+        span = p.ref_window + p.gap
+        at = [i for i in range(len(values)) if (self.count + i) % p.refit == 0 and self.count + i >= span]
+        if not at:
+            return {}
+        hist = np.asarray(self.tail + values, dtype=float)
+        off = len(self.tail)
+        rows = np.lib.stride_tricks.sliding_window_view(hist, p.ref_window)
+        starts = np.array(at) + off - span  # the window ending gap records before sample i
+        fit = ar1_reference_rows(rows[starts], p.max_phi)
+        return {i: tuple(r) for i, r in zip(at, fit.tolist())}
+
+    def _gave_back(self, mu: float, phi: float, s: float, spread: float, sign: float, run: int) -> bool:
         """The reference stood ``min_gain_sigmas`` noise sigmas past the run's starting level
         (the run had learned something to give back), and the last 3 records' median gave
         back ``min_giveback`` of that gain."""
@@ -133,22 +160,22 @@ class Cusum(Detector):
         back = sign * (median(np.asarray(self.tail[-3:])) - mu)
         if back < p.min_giveback * gain or back < p.min_spread_sigmas * spread:
             return False
-        start = len(self.tail) - self.run
+        start = len(self.tail) - run
         onset = sign * (median(np.asarray(self.tail[start:start + 3])) - mu)
         return onset >= p.onset_giveback * gain
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         way = "fell below" if self.p.direction == "down" else "rose above"
         return (f"{metric} = {fmt(value)} {way} its reference level {fmt(ref)} by more than its own noise "
-                f"explains: CUSUM of its AR(1) innovations {stat:.1f} > {fmt(self.p.h)} over "
-                f"{self.run} records (k {fmt(self.p.k)}; a step, not one record)")
+                f"explains: CUSUM of its AR(1) innovations {stat:.1f} >= {fmt(self.p.h)} (k {fmt(self.p.k)}; "
+                f"a step, not one record)")
 
     def state_dict(self):
         return {"tail": list(self.tail), "first": list(self.first), "s": self.s, "run": self.run,
-                "ref": list(self.ref) if self.ref is not None else None, "age": self.age}
+                "ref": list(self.ref) if self.ref is not None else None, "count": self.count}
 
     def load_state_dict(self, s):
         self.tail = [float(v) for v in s.get("tail", [])]
         self.first = [float(v) for v in s.get("first", [])]
-        self.s, self.run, self.age = float(s.get("s", 0.0)), int(s.get("run", 0)), int(s.get("age", 0))
+        self.s, self.run, self.count = float(s.get("s", 0.0)), int(s.get("run", 0)), int(s.get("count", 0))
         self.ref = tuple(s["ref"]) if s.get("ref") else None

@@ -85,6 +85,7 @@ class Opening(Detector):
 
     name = "opening"
     companion_param = "with_metric"
+    companion_noise = False
 
     class Params(Params):
         above: float | None = Field(None, description="the value is above this")

@@ -34,7 +34,7 @@ from .order import (RollingMedian, lower_median, median, median_rows, quantile_l
                     upper_median_rows, window_max, windows)
 from .robust import (MAD_TO_SIGMA, MIN_BLOCKS, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad,
                      median_mad_rows, past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows,
-                     trailing_mean_se)
+                     trailing_mean_se, latest_finite)
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
 from .shared import shared_rolling_median, sharing
 from .split import best_split_l2
@@ -44,5 +44,5 @@ __all__ = ["RollingMedian", "lower_median", "median", "median_rows", "quantile_l
            "upper_median_rows", "window_max", "windows",
            "MAD_TO_SIGMA", "MIN_BLOCKS", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
            "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",
-           "trailing_mean_se", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks",
+           "trailing_mean_se", "latest_finite", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks",
            "shared_rolling_median", "sharing"]

@@ -178,6 +178,19 @@ def past_shifts_sd(earlier: np.ndarray, a: int, b: int, history: int, min_histor
     return float(np.std(diff))
 
 
+def latest_finite(seq: np.ndarray, vals: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """As of each arrival number in ``at``: the series' latest finite value (NaN where none was
+    logged yet): :func:`trailing_mean_se`'s mean for ``smooth`` 1, without the noise."""
+    finite = np.isfinite(vals)
+    seq, vals = seq[finite], vals[finite]
+    out = np.full(len(at), np.nan)
+    if len(vals):
+        pos = np.searchsorted(seq, at, side="right") - 1
+        ok = pos >= 0
+        out[ok] = vals[pos[ok]]
+    return out
+
+
 def trailing_mean_se(seq: np.ndarray, vals: np.ndarray, at: np.ndarray, smooth: int,
                      noise_window: int = 50) -> tuple[np.ndarray, np.ndarray]:
     """As of each arrival number in ``at``: the mean of the series' last ``smooth`` finite
