@@ -9,7 +9,7 @@ import json
 import numpy as np
 
 from rlguard.detectors import DETECTORS, Chunk
-from rlguard.detectors.cusum import ar1_reference
+from rlguard.detectors.cusum import ar1_reference_rows
 
 Cusum = DETECTORS["cusum"]
 RULE = {"k": 0.75, "h": 9.0, "clip": 3.0, "ref_window": 60, "gap": 2, "min_gain_sigmas": 7.0,
@@ -93,9 +93,9 @@ def test_online_equals_replay_and_state_round_trips():
 def test_reference_of_an_ar1_window():
     rng = np.random.default_rng(6)
     x = 5.0 + 0.1 * _ar1_t3(rng, 2000, phi=0.6)
-    mu, phi, s, spread = ar1_reference(x, 0.8)
+    mu, phi, s, spread = ar1_reference_rows(x[None, :], 0.8)[0]
     assert abs(mu - 5.0) < 0.02 and 0.45 < phi < 0.75 and 0 < s < spread
-    assert np.isnan(ar1_reference(np.full(50, 2.0), 0.8)[2])  # a constant window has no scale
+    assert np.isnan(ar1_reference_rows(np.full((1, 50), 2.0), 0.8)[0, 2])  # a constant window has no scale
 
 
 def test_the_rule_s_parameters():

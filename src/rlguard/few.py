@@ -9,6 +9,8 @@ cannot tell a trend from noise, and the run is over (``check``), so nothing is t
 """
 from __future__ import annotations
 
+import math
+
 #: the metrics judged this way, and the records below which a trend is not judged
 WATCHED = frozenset({"reward_mean", "val_reward"})
 KEEP = 8
@@ -18,7 +20,7 @@ TOO_FEW = 6
 def note(metric: str, values: list[float]) -> str | None:
     """One line for a metric logged 2-5 times (None otherwise, or when not all finite)."""
     n = len(values)
-    if not 2 <= n < TOO_FEW or any(v != v or v in (float("inf"), float("-inf")) for v in values):
+    if not 2 <= n < TOO_FEW or not all(math.isfinite(v) for v in values):
         return None
     first, last = values[0], values[-1]
     steps = [abs(b - a) for a, b in zip(values, values[1:])]

@@ -49,11 +49,6 @@ def ar1_reference_rows(view: np.ndarray, max_phi: float) -> np.ndarray:
     return np.column_stack([mu, phi, np.where(scale > 0, scale, np.nan), spread])
 
 
-def ar1_reference(x: np.ndarray, max_phi: float) -> tuple[float, float, float, float]:
-    """:func:`ar1_reference_rows` of one window."""
-    return tuple(ar1_reference_rows(np.asarray(x, dtype=float)[None, :], max_phi)[0].tolist())
-
-
 @register
 class Cusum(Detector):
     """Page's CUSUM of the metric's clipped AR(1) innovations against a frozen reference passed ``h``."""

@@ -29,14 +29,13 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from .base import FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, fmt, register
+from .simple import compare_one
 
 
 def _meets(x: float, half: float, above: float | None, below: float | None, equal: float | None) -> int:
     """Whether ``x`` (printed at twice ``half``) meets the bound: 1 yes, 0 no, -1 too coarse to tell."""
-    if above is not None:
-        return TRIGGERED if x - half > above else FINE if x + half <= above else UNKNOWN
-    if below is not None:
-        return TRIGGERED if x + half < below else FINE if x - half >= below else UNKNOWN
+    if equal is None:
+        return compare_one(x, half, above, below)
     return TRIGGERED if abs(x - equal) <= half else FINE
 
 

@@ -56,7 +56,7 @@ def compare(level: np.ndarray, quantum: float, above: float | None, below: float
     is only 'definitely below 1e-6' if 0.0005 is; otherwise there is no opinion."""
     half = quantum / 2.0
     if len(level) <= 8:  # a live run's chunk: plain floats cost less than numpy's calls
-        return np.array([_compare_one(x, half, above, below) for x in level.tolist()], dtype=np.int8)
+        return np.array([compare_one(x, half, above, below) for x in level.tolist()], dtype=np.int8)
     if above is not None:
         yes, no = level - half > above, level + half <= above
     else:
@@ -67,7 +67,7 @@ def compare(level: np.ndarray, quantum: float, above: float | None, below: float
     return out
 
 
-def _compare_one(x: float, half: float, above: float | None, below: float | None) -> int:
+def compare_one(x: float, half: float, above: float | None, below: float | None) -> int:
     """:func:`compare` of one value (the same float operations, so the same verdict)."""
     if above is not None:
         yes, no = x - half > above, x + half <= above
