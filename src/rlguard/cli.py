@@ -215,6 +215,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     out = Path(args.out)
     print(f"wrote {out / 'report.md'}, {out / 'report.json'}" + (f" and {len(rep.get('plots', {}))} plot(s)"
                                                                   if rep.get("plots") else ""))
+    if rep.get("plots_note"):
+        print(rep["plots_note"])
     for f in rep["findings"]:
         print(f"  {f['kind']}: {f['message']}")
     return 0

@@ -30,9 +30,12 @@ def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = 
     try:
         out.mkdir(parents=True, exist_ok=True)
         if plots:
-            from .plots import plot_metrics
+            from .plots import PlotsUnavailable, plot_metrics
 
-            report["plots"] = plot_metrics(runs, report, out / "plots")
+            try:
+                report["plots"] = plot_metrics(runs, report, out / "plots")
+            except PlotsUnavailable as exc:  # the core install: Markdown and JSON without plots
+                report["plots_note"] = str(exc)
         (out / "report.json").write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n")
         from .markdown import render
 

@@ -22,6 +22,8 @@ def render(rep: dict) -> str:
                 "lines change points.", ""]
         out += [f"![{m}]({path})" for m, path in rep["plots"].items()]
         out.append("")
+    elif rep.get("plots_note"):
+        out += ["## Plots", "", rep["plots_note"][0].upper() + rep["plots_note"][1:] + ".", ""]
     return "\n".join(out) + "\n"
 
 

@@ -7,14 +7,22 @@ from pathlib import Path
 from .load import RunData
 
 
+#: what the report says where it drew no plots because matplotlib is not installed
+NO_PLOTS = "no plots: matplotlib is not installed (pip install 'rlguard[report]' brings them)"
+
+
+class PlotsUnavailable(RuntimeError):
+    """matplotlib (the ``report`` extra) is not installed: the report is written without plots."""
+
+
 def plot_metrics(runs: list[RunData], report: dict, folder: Path) -> dict[str, str]:
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:  # pragma: no cover - depends on the install
-        raise ImportError("plots need matplotlib: pip install 'rlguard[report]'") from None
+    except ImportError:  # an optional dependency, not a bug: the caller writes the report without plots
+        raise PlotsUnavailable(NO_PLOTS) from None
     folder.mkdir(parents=True, exist_ok=True)
     sections = {r["name"]: r for r in report["runs"]}
     out = {}

@@ -1,0 +1,31 @@
+"""`rlguard report`'s plots: a core install (no matplotlib) still writes the report (issue 47.6),
+and each metric's plot marks the alerts on that metric only (issue 47.7)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+EX = Path(__file__).resolve().parents[1] / "examples"
+
+
+def test_report_without_matplotlib_writes_markdown_and_json(tmp_path):
+    # A shim, not a mock of rlguard: a package named matplotlib whose import fails, first on the
+    # path, stands for the core install (`pip install -e .`, no `report` extra).
+    shim = tmp_path / "shim" / "matplotlib"
+    shim.mkdir(parents=True)
+    (shim / "__init__.py").write_text("raise ImportError('No module named matplotlib (test shim)')\n")
+    env = {**os.environ, "PYTHONPATH": str(shim.parent)}
+    out = tmp_path / "rep"
+    r = subprocess.run([sys.executable, "-m", "rlguard", "report", str(EX / "seed000_run_a.jsonl"),
+                        str(EX / "seed000_run_b.jsonl"), "--out", str(out)], capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stderr  # was 3, "internal error (a bug)", and an empty folder
+    assert r.stderr == ""
+    assert "no plots: matplotlib is not installed (pip install 'rlguard[report]' brings them)" in r.stdout
+    rep = json.loads((out / "report.json").read_text())
+    assert "plots" not in rep and "rlguard[report]" in rep["plots_note"]
+    md = (out / "report.md").read_text()
+    assert "## Runs side by side" in md and "pip install 'rlguard[report]'" in md and "![" not in md
+    assert not (out / "plots").exists()
