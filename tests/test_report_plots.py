@@ -29,3 +29,25 @@ def test_report_without_matplotlib_writes_markdown_and_json(tmp_path):
     md = (out / "report.md").read_text()
     assert "## Runs side by side" in md and "pip install 'rlguard[report]'" in md and "![" not in md
     assert not (out / "plots").exists()
+
+
+def test_each_plot_marks_only_the_alerts_on_its_metric(tmp_path):
+    """fault_beta_collapse: two alerts on kl_coef (steps 128, 149: RLG-BETA-PINNED, RLG-BETA-COLLAPSE)
+    and one on kl (step 215, RLG-KL-COLLAPSE); both metrics are logged at every step, so the
+    old plots put all three markers on both curves."""
+    from rlguard.report.build import build_report
+    from rlguard.report.load import load_run
+    from rlguard.report.plots import marks
+    from rlguard.rulespec import load_packs
+
+    rep = build_report([str(EX / "fault_beta_collapse.jsonl")], tmp_path, metrics=["kl_coef", "kl", "reward_mean"],
+                       plots=False)
+    run = load_run(str(EX / "fault_beta_collapse.jsonl"), load_packs(None))
+    sec = rep["runs"][0]
+    on = {m: [(step, rule) for step, _, rule in marks(sec, m, run)["alerts"]] for m in rep["metrics"]}
+    assert on["kl_coef"] == [(128, "RLG-BETA-PINNED"), (149, "RLG-BETA-COLLAPSE")]
+    assert on["kl"] == [(215, "RLG-KL-COLLAPSE")]
+    assert on["reward_mean"] == []  # no reward alert, no marker on the reward plot
+    kl_values = dict(zip(*(x.tolist() for x in run.series["kl"])))
+    assert marks(sec, "kl", run)["alerts"][0][1] == kl_values[215]  # the marker sits on the curve
+    assert marks(sec, "reward_mean", run)["stop"] == (149, "beta_collapse")  # the stop is on every plot

@@ -60,23 +60,40 @@ def spans_decades(series: list, decades: float = 2.0) -> bool:
     return bool(len(v) > 1 and (v > 0).all() and v.max() >= 10 ** decades * v.min())
 
 
-def _marks(ax, sec: dict, m: str, color: str, run: RunData) -> None:
+def marks(sec: dict, m: str, run: RunData) -> dict:
+    """What goes on ``m``'s plot for one run: its best (step, value), its change-point steps,
+    its stop (step, kind) and its alerts on ``m`` as (step, value, rule). An alert marks the
+    plot of the metric it is on (its ``metric`` is the name the report plots: the canonical
+    name, the log's key in brackets elsewhere), never every plot of the run; info alerts are
+    not marked."""
     s = sec["metrics"].get(m, {})
-    if "best" in s:
-        ax.plot([s["best_step"]], [s["best"]], marker="*", ms=15, color=color, mec="black",
-                label=f"{run.name} best {s['best']:.4g} @ {s['best_step']}")
-    for c in s.get("change_points", []):
-        ax.axvline(c["step"], color=color, ls=":", lw=1.2)
+    out: dict = {"best": (s["best_step"], s["best"]) if "best" in s else None,
+                 "change_points": [c["step"] for c in s.get("change_points", [])], "stop": None, "alerts": []}
     d = sec["decision"]
     if d.get("stop") is not None:
-        ax.axvline(d["stop"], color="red", ls="--", lw=1.4, label=f"{run.name} stop @ {d['stop']} ({d['kind']})")
-    alert_steps = sorted({a["step"] for a in sec["alerts"] if a["severity"] != "info"})
-    if alert_steps and m in run.series:
-        steps, values = run.series[m]
-        lookup = dict(zip(steps.tolist(), values.tolist()))
-        pts = [(st, lookup[st]) for st in alert_steps if st in lookup]
-        if pts:
-            ax.plot(*zip(*pts), ls="", marker="v", ms=9, color="red", label=f"{run.name} alerts")
+        out["stop"] = (d["stop"], d["kind"])
+    if m not in run.series:
+        return out
+    lookup = dict(zip(run.series[m][0].tolist(), run.series[m][1].tolist()))
+    for a in sec["alerts"]:
+        if a["severity"] != "info" and a["metric"] == m and (a["step"] in lookup or a.get("value") is not None):
+            out["alerts"].append((a["step"], lookup.get(a["step"], a.get("value")), a["rule"]))
+    return out
+
+
+def _marks(ax, sec: dict, m: str, color: str, run: RunData) -> None:
+    mk = marks(sec, m, run)
+    if mk["best"]:
+        step, best = mk["best"]
+        ax.plot([step], [best], marker="*", ms=15, color=color, mec="black", label=f"{run.name} best {best:.4g} @ {step}")
+    for step in mk["change_points"]:
+        ax.axvline(step, color=color, ls=":", lw=1.2)
+    if mk["stop"]:
+        step, kind = mk["stop"]
+        ax.axvline(step, color="red", ls="--", lw=1.4, label=f"{run.name} stop @ {step} ({kind})")
+    pts = sorted({(st, v) for st, v, _ in mk["alerts"]})
+    if pts:
+        ax.plot(*zip(*pts), ls="", marker="v", ms=9, color="red", label=f"{run.name} alerts on {m}")
 
 
 def _safe(name: str) -> str:
