@@ -12,6 +12,7 @@ from . import few
 from .alerts import Action, Decision, Severity
 from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
+from .sources.base import sane_step
 from .sources.block import RecordBlock
 from .sources.rundir import choose_log
 from .verdict import decision_record
@@ -84,7 +85,7 @@ def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, 
     steps_seen = _DistinctSteps()
     for buf in reader.batches(path, chunk, columnar=True):
         n += len(buf)
-        steps = buf.steps if isinstance(buf, RecordBlock) else np.array([r.step for r in buf], dtype=np.int64)
+        steps = buf.steps if isinstance(buf, RecordBlock) else _steps(buf, path)
         if len(steps):
             steps_seen.add(steps)
             lo, hi = int(steps.min()), int(steps.max())  # a resumed log goes back
@@ -95,6 +96,19 @@ def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, 
         if out_format == "json":
             _emit_json(out, ds, decisions, run)
     return n, first, last, steps_seen.count()
+
+
+def _steps(buf, path) -> np.ndarray:
+    """The records' steps as int64. Readers skip a record whose step is not an integer in
+    [0, 2**53) and count it; one that does not is an input error naming the line, never exit 3."""
+    try:
+        return np.fromiter((r.step for r in buf), dtype=np.int64, count=len(buf))
+    except (OverflowError, TypeError, ValueError):
+        from .errors import LogFormatError
+
+        bad = next(r for r in buf if not sane_step(r.step))
+        raise LogFormatError(f"not an integer in [0, 2**53): {str(bad.step)[:40]}", path=path, line=bad.line,
+                             field="step") from None
 
 
 class _DistinctSteps:

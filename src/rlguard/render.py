@@ -84,14 +84,25 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         keep = (f"; the checkpoint to keep: step {a.checkpoint_step} (best {best[0]} before the stop)"
                 if a.checkpoint_step is not None and best is not None else
                 f"; the checkpoint to keep: step {a.checkpoint_step}" if a.checkpoint_step is not None else "")
-        w(f"  rlguard would have STOPPED the run at step {a.step} ({stop.kind}, rule {a.rule}){keep}.\n")
+        # the rule and its own kind; the incident's cause (stop.kind) is another rule's kind when it differs
+        cause = f"; the incident's cause: {stop.kind}" if stop.kind and stop.kind != a.kind else ""
+        w(f"  rlguard would have STOPPED the run at step {a.step} (rule {a.rule}, {a.kind}{cause}){keep}.\n")
         if a.incident and a.incident["cause"]["rule"] != a.rule:
             w(f"  the incident it stopped: {summary(a.incident)}.\n")
     else:
         w("  no stop: the run would have continued to the end.\n")
         if best is not None:
             w(f"  best {best[0]} = {fmt(best[1])} at step {best[2]}: the checkpoint to keep.\n")
-    ckpts = [d for d in decisions if d.action is Action.CHECKPOINT]
-    if ckpts:
-        w(f"  checkpoint decisions: {len(ckpts)} (steps " + ", ".join(str(d.step) for d in ckpts[:12])
-          + (" ..." if len(ckpts) > 12 else "") + ")\n")
+    w(checkpoint_line([d for d in decisions if d.action is Action.CHECKPOINT]))
+
+
+def checkpoint_line(ckpts: list[Decision]) -> str:
+    """The checkpoint decisions, one per step: a step logged in several records (an evaluation
+    beside a train row, a resumed log) can give two decisions at one step, one save."""
+    if not ckpts:
+        return ""
+    steps = list(dict.fromkeys(d.step for d in ckpts))
+    again = (f"; {len(ckpts) - len(steps)} more at a step already named (records that share a step)"
+             if len(ckpts) > len(steps) else "")
+    return (f"  checkpoint decisions at {len(steps)} step(s): " + ", ".join(map(str, steps[:12]))
+            + (" ..." if len(steps) > 12 else "") + f"{again}\n")

@@ -328,14 +328,14 @@ def json_metric(key: str, value: object, metrics: dict[str, float], stats: ReadS
         try:
             metrics[key] = float(value)  # type: ignore[arg-type]
         except OverflowError:  # a 400-digit integer: beyond float range, not a number
-            note_bad(stats, line, f"value of {key!r} is beyond float range: {short(value)}", value=True)
+            note_bad(stats, line, f"value of {short(key)} is beyond float range: {short(value)}", value=True)
     elif value is None:
         if null is not None:
             metrics[key] = null
     elif cls is str:
         number = str_number(value)  # type: ignore[arg-type]
         if number is None:
-            note_bad(stats, line, f"value of {key!r} is not a number: {short(value)}", value=True)
+            note_bad(stats, line, f"value of {short(key)} is not a number: {short(value)}", value=True)
         else:
             metrics[key] = number
 

@@ -159,7 +159,7 @@ def _header(line: str, delim: str, path: str, lineno: int) -> list[str]:
 def _step_cell(cell: str, name: str, lineno: int, stats: ReadStats) -> int | None:
     step = to_step(cell.strip())
     if step is None:
-        note_bad(stats, lineno, f"{name} is not an integer: {short(cell)}", value=True)
+        note_bad(stats, lineno, f"{short(name)} is not an integer: {short(cell)}", value=True)
     return step
 
 
@@ -177,6 +177,6 @@ def _cells(row: list[str], columns: list[tuple[int, str]], lineno: int,
         try:
             metrics[name] = float(cell)
         except ValueError:
-            note_bad(stats, lineno, f"value of {name!r} is not a number: {short(cell)}",
+            note_bad(stats, lineno, f"value of column {short(name)} is not a number: {short(cell)}",
                      value=True)
     return metrics

@@ -164,12 +164,12 @@ def _metrics(items: list[re.Match[str] | tuple[str, object]], lineno: int,
             resolution.pop(key, None)
             step = to_step(value)
             if step is None:
-                note_bad(stats, lineno, f"{key} is not an integer: {value!r}", value=True)
+                note_bad(stats, lineno, f"{short(key)} is not an integer: {short(value)}", value=True)
             break
     mark_reward(reward, metrics)
     if metrics:  # only a metrics dict's bad values are worth counting
         for key, value in pending_bad:
-            note_bad(stats, lineno, f"value of {key!r} is not a number: {short(value)}",
+            note_bad(stats, lineno, f"value of {short(key)} is not a number: {short(value)}",
                      value=True)
     return metrics, resolution, step
 

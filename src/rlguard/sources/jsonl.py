@@ -30,7 +30,7 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 from .base import MAX_STEP, LogRecord, ReadStats, Reader
 from .blanks import null_of
 from .block import block_of
-from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short,
+from ._common import (MAX_DEPTH, MAX_LINE, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short,
                       to_step, too_deep)
 from ..errors import LogFormatError
 
@@ -68,6 +68,9 @@ def slow_loads(raw: bytes, line: int, stats: ReadStats) -> Any:
     text = raw.decode("utf-8", "replace").strip().lstrip("\ufeff")
     if not text:
         stats.skipped_lines += 1
+        return None
+    if raw == b"\x00\n":  # what the line cutter hands on for a line over the cap (never held whole)
+        note_bad(stats, line, f"longer than the {MAX_LINE >> 20} MiB line cap: skipped, not read")
         return None
     if too_deep(raw):
         note_bad(stats, line, f"nested deeper than {MAX_DEPTH} levels: not a log record")
@@ -265,7 +268,12 @@ def _step_of(obj: dict[str, Any], popped: Any, stats: ReadStats, lineno: int,
     # logs kept per epoch ({"epoch": 5, "val_loss": ...}) count epochs as steps; only a JSON
     # integer counts: transformers writes fractional epochs as floats (1.0 at a boundary)
     epoch = obj.get("epoch")
-    return epoch if epoch.__class__ is int else None
+    if epoch.__class__ is not int:
+        return None
+    if not 0 <= epoch < MAX_STEP:  # the step of the record: past int64 it broke the replay's step array
+        note_bad(stats, lineno, f"epoch (the step of this record) is not an integer in [0, 2**53): {short(epoch)}")
+        return _BAD
+    return epoch
 
 
 def clean(obj: dict[str, Any], stats: ReadStats, line: int) -> dict[str, float]:

@@ -96,7 +96,7 @@ def _parse(raw: bytes, start: int, lineno: int, prev: int,
             if part.strip():
                 bad.append(f"not a key:value pair: {short(part)}")
         elif not _store(key, value.strip(), metrics, resolution):
-            bad.append(f"value of {key!r} is not a number: {short(value.strip())}")
+            bad.append(f"value of {short(key)} is not a number: {short(value.strip())}")
     step = to_step(parts[0][5:].strip())
     if step is None and not metrics:  # 'step:' in prose, a comment...: noise
         stats.skipped_lines += 1

@@ -307,7 +307,7 @@ class _Rows:
         try:
             value = json.loads(text)
         except ValueError:
-            note_bad(self.stats, n, f"value of {key!r} is not JSON: {short(text)}", value=True)
+            note_bad(self.stats, n, f"value of {short(key)} is not JSON: {short(text)}", value=True)
             return
         if value is None and reward_family(key):  # TRL's blank reward: nothing was scored
             if key in REWARD_KEYS:
@@ -315,7 +315,7 @@ class _Rows:
         elif value is None or value.__class__ is str:
             json_metric(key, value, metrics, self.stats, n, NULL_NAN)
         else:
-            note_bad(self.stats, n, f"value of {key!r} is not a number: {short(text)}", value=True)
+            note_bad(self.stats, n, f"value of {short(key)} is not a number: {short(text)}", value=True)
 
 
 
