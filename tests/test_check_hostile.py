@@ -52,3 +52,31 @@ def test_a_line_over_the_16_mib_cap_is_said_to_be_over_the_cap(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "first at line 2: longer than the 16 MiB line cap: skipped, not read" in r.stdout
     assert "invalid JSON" not in r.stdout
+
+
+PEAK = """import resource, subprocess, sys, time
+t = time.monotonic()
+r = subprocess.run([sys.executable, "-m", "rlguard", "check", *sys.argv[1:]], capture_output=True, text=True)
+print(r.returncode, round(time.monotonic() - t, 2), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.stdout.write(r.stdout + r.stderr)
+"""
+
+
+def test_a_line_of_700000_distinct_keys_is_bounded_like_the_daemon_and_said(tmp_path):
+    """Was 24.7 s and a 1.15 GB peak (40 s, 1.17 GB here): every name became a column."""
+    log = tmp_path / "bomb.jsonl"
+    bomb = {"step": 1, "loss": 0.5, **{f"k{i}": float(i) for i in range(700_000)}}
+    log.write_text(json.dumps({"step": 0, "loss": 0.4}) + "\n" + json.dumps(bomb) + "\n")
+    r = subprocess.run([sys.executable, "-c", PEAK, str(log)], capture_output=True, text=True, timeout=300)
+    code, seconds, peak_kb = r.stdout.split("\n", 1)[0].split()
+    assert code == "0", r.stdout
+    assert int(peak_kb) < 500 * 1024, f"peak {int(peak_kb) >> 10} MB"
+    assert float(seconds) < 20, seconds
+    assert ("more than 2000 distinct metric names: the first 2000 were judged, 698001 value(s) of over 8000 "
+            "names past them were dropped (first 'k1999' at line 2)") in r.stdout
+    # the cap is the user's to move, and a record's names past it are dropped, not the record
+    small = check(log, "--max-metrics", "10")
+    assert small.returncode == 0 and "the first 10 were judged, 699991 value(s)" in small.stdout
+    assert "(jsonl, 2 records" in small.stdout
+    bad = check(log, "--max-metrics", "0")
+    assert bad.returncode == 2 and bad.stderr.strip() == "rlguard: error: --max-metrics: must be at least 1, got 0"

@@ -14,13 +14,14 @@ from .rulespec import load_packs
 from .sources import detect_format, open_reader, resolve_log
 from .sources.base import sane_step
 from .sources.block import RecordBlock
+from .sources.cap import MAX_METRICS, MetricCap
 from .sources.rundir import choose_log
 from .verdict import decision_record
 from .watchdog import Watchdog
 
 
 def run_check(path: str, *, rules, input_format, out_format, baselines, decisions, run, chunk,
-              default_rules: bool = True) -> int:
+              default_rules: bool = True, max_metrics: int = MAX_METRICS) -> int:
     # rules first: a bad rule file is reported before reading a big log; --rules adds to the default
     packs = load_packs(rules, with_default=default_rules)
     given = path
@@ -31,8 +32,10 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
     wd = Watchdog(packs=packs, run=run, baselines=baselines)
     all_decisions: list[Decision] = []
     out = sys.stdout
+    cap = MetricCap(max_metrics)
     with gc_paused():
-        n, first, last, distinct = _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run)
+        n, first, last, distinct = _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run,
+                                           cap)
     stats = reader.stats
     if n == 0:
         from .errors import LogFormatError
@@ -49,7 +52,7 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
 
     idle = wd.idle_note()
     notes = ([chosen.note(os.fspath(given))] if chosen and chosen.others else []) + _notes(wd, stats) \
-        + absent_metrics(wd) + ([idle] if idle else [])
+        + absent_metrics(wd) + ([idle] if idle else []) + [x for x in [cap.note()] if x]
     if out_format == "json":
         for note in notes:
             print(f"rlguard: {path}: {note}", file=sys.stderr)
@@ -80,7 +83,7 @@ def _check_baselines(baselines: dict[str, float], wd: Watchdog) -> None:
                          f"{', '.join(sorted(seen)) or 'none'}", field="--baseline")
 
 
-def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run):
+def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, run, cap):
     n, first, last = 0, None, None
     steps_seen = _DistinctSteps()
     for buf in reader.batches(path, chunk, columnar=True):
@@ -91,6 +94,7 @@ def _replay(reader, path, chunk, wd, all_decisions, out, out_format, decisions, 
             lo, hi = int(steps.min()), int(steps.max())  # a resumed log goes back
             first = lo if first is None else min(first, lo)
             last = hi if last is None else max(last, hi)
+        buf = cap.bound(buf)
         ds = wd.ingest(buf)
         all_decisions.extend(ds)
         if out_format == "json":

@@ -116,6 +116,9 @@ def _add_check(sub) -> None:
     c.add_argument("--max-pipe-bytes", default="2G", metavar="SIZE",
                    help="a pipe given as the path (check <(cat log), /dev/stdin) is copied to a temporary "
                         "file first, at most SIZE (default 2G; K, M, G, T)")
+    c.add_argument("--max-metrics", type=int, default=None, metavar="N",
+                   help="judge at most N distinct metric names, the first the log names; the values of others "
+                        "are dropped and counted in a note (default 2000, the daemon's max_metrics_per_run)")
     c.set_defaults(func=cmd_check)
 
 
@@ -205,7 +208,15 @@ def cmd_check(args: argparse.Namespace) -> int:
         return run_check(path, rules=args.rules, default_rules=not args.no_default_rules,
                          input_format=args.input_format, out_format=args.format,
                          baselines=parse_baselines(args.baseline), decisions=args.decisions,
-                         run=args.run or run_name(args.path), chunk=CHUNK)
+                         run=args.run or run_name(args.path), chunk=CHUNK, **_caps(args))
+
+
+def _caps(args: argparse.Namespace) -> dict:
+    if args.max_metrics is None:
+        return {}
+    if args.max_metrics < 1:
+        raise InputError(f"must be at least 1, got {args.max_metrics}", field="--max-metrics")
+    return {"max_metrics": args.max_metrics}
 
 
 def cmd_report(args: argparse.Namespace) -> int:
