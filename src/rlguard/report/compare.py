@@ -58,33 +58,71 @@ def summary(runs: list[RunData], metric: str) -> dict:
     return out
 
 
+#: metrics that measure the machine, not the computation (wall-clock time, throughput, memory):
+#: two runs of one seed differ there from the first step, so they say nothing of divergence
+WALL_CLOCK = ("time", "runtime", "per_second", "throughput", "memory", "mem_", "tokens_per", "samples_per")
+
+
 def duplicate_runs(runs: list[RunData]) -> list[dict]:
     """``duplicate_run`` findings for every pair of runs (see the module docstring); a pair that
-    is identical up to some step and then diverges (the same seed, a change that acts later) is
-    a ``diverged`` finding instead, unless evaluations after the divergence still match."""
+    is identical up to some step and then diverges or stops (the same seed, a change that acts
+    later, a run stopped early) is a ``diverged`` finding instead, unless evaluations after the
+    divergence still match."""
     findings = []
     for i, a in enumerate(runs):
         for b in runs[i + 1:]:
-            last_same, first_diff, metric = divergence(a, b)
-            if last_same is not None and first_diff is not None:
-                findings.append(_identical_evals(a, b, since=first_diff) or {
-                    "kind": "diverged", "runs": [a.name, b.name], "identical_until": last_same,
-                    "diverge_at": first_diff, "metric": metric,
-                    "message": f"{a.name} and {b.name} are identical up to step {last_same}, then diverge "
-                               f"(step {first_diff}, first in {metric}): the same start, not the same run"})
-                continue
-            f = _identical_evals(a, b) or _indistinguishable(a, b)
+            f = pair_finding(a, b)
             if f:
                 findings.append(f)
     return findings
 
 
+def pair_finding(a: RunData, b: RunData) -> dict | None:
+    """What two runs are to each other, or None: diverged (a shared prefix, then a difference or
+    a stop), a duplicate (identical evaluations over the same span), or indistinguishable."""
+    last_same, first_diff, metric = divergence(a, b)
+    same_span = _last_step(a) == _last_step(b)
+    if last_same is not None and first_diff is not None:
+        # evaluations after the divergence (not at its step: an evaluation there can precede the
+        # change) that still all match, over the same span, are the same outputs evaluated twice
+        again = _identical_evals(a, b, since=first_diff + 1) if same_span else None
+        return again or _diverged(a, b, last_same, first_diff, metric)
+    same = _identical_evals(a, b)
+    if same is None:
+        return _indistinguishable(a, b)
+    if not same_span:  # identical as far as both went: a shared start, then one run stopped
+        return _diverged(a, b, min(_last_step(a), _last_step(b)), None, None)
+    return same
+
+
+def _diverged(a: RunData, b: RunData, last_same: int, first_diff: int | None, metric: str | None) -> dict:
+    """``identical up to step N, then diverge`` (and which run stopped first, where one did)."""
+    ends = {r.name: _last_step(r) for r in (a, b)}
+    short, long_ = sorted((a.name, b.name), key=lambda n: ends[n])
+    stopped = short if ends[short] < ends[long_] else None
+    what = f"then diverge (step {first_diff}, first in {metric})" if first_diff is not None else f"then {stopped} stopped"
+    tail = (f"; {stopped}'s log ends at step {ends[stopped]}, {long_}'s goes on to step {ends[long_]}"
+            if stopped else "")
+    return {"kind": "diverged", "runs": [a.name, b.name], "identical_until": last_same, "diverge_at": first_diff,
+            "metric": metric, "stopped": stopped,
+            "message": f"{a.name} and {b.name} are identical up to step {last_same}, {what}{tail}: the same start, "
+                       f"not the same run"}
+
+
+def _last_step(r: RunData) -> int | None:
+    return r.steps[1] if r.steps else None
+
+
 def divergence(a: RunData, b: RunData) -> tuple[int | None, int | None, str | None]:
     """Over the steps both runs logged, in step order: the last step up to which every shared
-    series agreed, the first step where one differs, and that series (None where none)."""
+    series agreed, the first step where one differs, and that series (None where none).
+    Wall-clock series (:data:`WALL_CLOCK`) are left out: they differ between two runs of one
+    computation."""
     diff_at: dict[int, str] = {}
     same_steps: set[int] = set()
     for m in sorted(set(a.series) & set(b.series)):
+        if any(k in m.lower() for k in WALL_CLOCK):
+            continue
         da, db = _by_step(a.series[m]), _by_step(b.series[m])
         for s in set(da) & set(db):
             x, y = da[s], db[s]
