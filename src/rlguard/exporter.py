@@ -15,7 +15,8 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
 - ``rlguard_run_last_update_timestamp_seconds{run}``, ``rlguard_run_last_step{run}``,
   ``rlguard_run_stalled{run}``, ``rlguard_run_stop_requested{run}``, ``rlguard_run_stopped{run}`` (the
   run was seen to stop after the request: its stop record), ``rlguard_run_stop_ignored{run}`` (it
-  ended or went quiet without acknowledging the request: counted apart from obeyed stops);
+  ended, went quiet, or kept logging past ``stop.ignored_after_records`` / ``stop.ignored_after``
+  without acknowledging the request: counted apart from obeyed stops);
 - ``rlguard_parse_errors_total{run}``, ``rlguard_metric_names_dropped_total{run}``;
 - ``rlguard_runs_watched``, ``rlguard_runs_judged`` (of those, the runs whose rules judged a record: a
   start's progress, without a scrape of one series per run), ``rlguard_runs_retired``,
@@ -90,8 +91,8 @@ RUN_FAMILIES = (
     _gauge("stopped", "rlguard_run_stop_requested", "1 once rlguard requested a stop"),
     _gauge("done", "rlguard_run_stopped", "1 once a run that rlguard asked to stop is seen to stop (its stop "
            "record for the run start asked)"),
-    _gauge("ignored", "rlguard_run_stop_ignored", "1 once a run that rlguard asked to stop ended or went quiet "
-           "without acknowledging the request"),
+    _gauge("ignored", "rlguard_run_stop_ignored", "1 once a run that rlguard asked to stop ended, went quiet or "
+           "kept logging without acknowledging the request"),
     _counter("errors", "rlguard_parse_errors", "Log lines or values rlguard could not use"),
     _counter("dropped", "rlguard_metric_names_dropped", "Metric names ignored beyond the per-run cap"),
 )

@@ -114,7 +114,7 @@ def test_nested_containers_are_packed_at_any_depth():
 def test_run_info_copy_is_asdict_and_independent():
     from dataclasses import asdict
 
-    from rlguard.daemon.runs import RunInfo, info_dict
+    from rlguard.daemon.runinfo import RunInfo, info_dict
 
     info = RunInfo(latest={"kl": [0.1, 5]}, alerts_total={"nonfinite|critical": 2}, retired=[7, 9, [1, 2]])
     copy = info_dict(info)

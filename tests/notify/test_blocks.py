@@ -8,6 +8,9 @@ from notify_helpers import HINTS, make_alert
 from rlguard.notify import Message
 from rlguard.notify.blocks import MAX_BLOCKS, escape, fit, render
 
+#: issue 47: the daemon saves nothing; the action says who can (a run with the rlguard callback)
+ACTION_CHECKPOINT = "checkpoint asked for: saved only by a run with the rlguard callback (the daemon saves none)"
+
 
 def msg(*alerts, repeat=0, duplicate=False) -> Message:
     status = "firing" if any(a.status == "firing" for a in alerts) else "resolved"
@@ -49,7 +52,7 @@ def test_firing_alert_has_header_fields_reason_hint_and_fallback():
     assert header["text"]["text"] == ":rotating_light: Critical: grad_explosion"
     assert fields(p) == {"Run": "grpo-7b", "Rule": "RLG-GRAD", "Kind": "grad_explosion",
                          "Severity": "critical", "Metric": "grad_norm", "Value": "1234.5",
-                         "Step": "812", "Action": "checkpoint saved"}
+                         "Step": "812", "Action": ACTION_CHECKPOINT}
     body = "\n".join(texts(p))
     assert "*Why*\ngrad_norm 1234.5 is 40x its rolling median" in body
     assert "*What to check*" in body and HINTS["grad_explosion"] in body

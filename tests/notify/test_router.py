@@ -102,18 +102,21 @@ def test_send_resolved_off_sends_no_resolved_message():
 
 
 def test_flapping_within_group_interval_sends_no_message_per_flap():
+    def spike(**kw):  # (a non-finite value's new episode is news: see the test below)
+        return make_alert(kind="loss_spike", **kw)
+
     r = router()
-    r.route([make_alert(step=1)], now=0)
+    r.route([spike(step=1)], now=0)
     assert len(r.route([], now=WAIT)) == 1
     sent = []
     t, step = WAIT + 1, 2
     while t < WAIT + INTERVAL - 10:  # flap every 10 s until just before the interval ends
-        sent += r.route([make_alert(status="resolved", step=step)], now=t)
-        sent += r.route([make_alert(step=step + 1)], now=t + 5)
+        sent += r.route([spike(status="resolved", step=step)], now=t)
+        sent += r.route([spike(step=step + 1)], now=t + 5)
         t, step = t + 10, step + 2
     sent += r.route([], now=WAIT + INTERVAL)  # ended firing, as it was notified: no news
     assert sent == []
-    r.route([make_alert(status="resolved", step=step)], now=WAIT + INTERVAL + 1)
+    r.route([spike(status="resolved", step=step)], now=WAIT + INTERVAL + 1)
     msgs = [m for t in range(WAIT + INTERVAL + 1, WAIT + 3 * INTERVAL, 10) for m in r.route([], now=t)]
     assert [m.status for m in msgs] == ["resolved"]
 
@@ -175,9 +178,9 @@ def test_a_stop_that_resolves_before_it_is_told_is_still_announced():
     stop = make_alert(action="stop", step=70)
     assert r.route([stop, make_alert(action="stop", step=71, status="resolved")], now=0) == []
     (msg,) = r.route([], now=30)
-    assert msg.status == "firing" and [(a.step, a.status) for a in msg.alerts] == [(70, "firing")]
-    (later,) = r.route([], now=90)
-    assert [(a.step, a.status) for a in later.alerts] == [(71, "resolved")]
+    # issue 47: told as it fired and as it cleared, in one message; nothing counted as firing
+    assert [(a.step, a.status) for a in msg.alerts] == [(70, "firing"), (71, "resolved")]
+    assert msg.status == "resolved" and msg.firing == [] and [a.step for a in msg.passed] == [70]
     assert r.route([], now=10_000) == []  # and then nothing more (no reminder of a resolved alert)
     # a plain alert that flaps inside the wait still sends nothing, as before
     r2 = Router(group_wait=30)
@@ -193,4 +196,4 @@ def test_late_stop_survives_the_router_state():
     r2 = Router(group_wait=30)
     r2.load_state_dict(r.state_dict())
     (msg,) = r2.route([], now=30)
-    assert msg.alerts[0].status == "firing"
+    assert msg.alerts[0].status == "firing" and msg.passed == [msg.alerts[0]]

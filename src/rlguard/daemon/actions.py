@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from .. import safefs
 from ..alerts import StopOutcome
+from ..stopfile import STOP_FILE
 from .pidproof import trainer_pid
 
 if TYPE_CHECKING:
@@ -24,10 +25,7 @@ def stop_run(mon: RunMonitor, decision: Decision, stop: StopConfig, now: float) 
     """Write ``RLGUARD_STOP`` (idempotent); on a new request, signal and run the command."""
     written = mon.request_stop(decision, now)
     if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
-        if mon.not_requested:  # the run already stopped or ended: no request, and Slack says why
-            decision.alert.stop = StopOutcome("not needed", mon.not_requested)
-        else:
-            decision.alert.stop = StopOutcome("requested" if written or mon.info.stop_state else "not requested")
+        decision.alert.stop = _outcome(mon, written)
     if not written:
         return
     log.warning("[%s] stop requested: %s", mon.run, decision.reason)
@@ -41,6 +39,24 @@ def stop_run(mon: RunMonitor, decision: Decision, stop: StopConfig, now: float) 
             subprocess.run(stop.command, env=env, timeout=stop.command_timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.error("[%s] stop command failed: %s", mon.run, exc)
+
+
+def _outcome(mon: RunMonitor, written: bool) -> StopOutcome:
+    """What this decision did: ``requested`` only when it wrote ``RLGUARD_STOP``; ``pending``
+    when a request was already there (nothing new written); ``not needed`` when the run already
+    stopped or ended; ``not requested`` when no request could be written (the log says why)."""
+    info = mon.info
+    if mon.not_requested:
+        return StopOutcome("not needed", mon.not_requested)
+    if written:
+        return StopOutcome("requested")
+    if info.stop_state is not None:
+        what = {"requested": "not yet acknowledged", "stopped": "the run stopped on it",
+                "ignored": "the run ignored it"}.get(info.stop_state, info.stop_state)
+        return StopOutcome("pending", f"RLGUARD_STOP written at step {info.stop_step}, {what}; nothing new written")
+    if mon.found.run_dir and os.path.lexists(mon.run_dir / STOP_FILE):
+        return StopOutcome("pending", "an RLGUARD_STOP was already in the run directory: left as it is")
+    return StopOutcome("not requested")
 
 
 def _signal(mon: RunMonitor, stop: StopConfig) -> None:

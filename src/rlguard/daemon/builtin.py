@@ -1,5 +1,5 @@
 """The rules the daemon applies itself, outside any rule pack: they judge wall time and a run's
-files (no new step for ``stall_after``; a stop request obeyed or ignored), which a rule pack,
+files (no new step for ``stall_after``; a stop request obeyed or ignored; a person's stop), which a rule pack,
 fed only a metric series, cannot. Their ids, kinds and severities live here and only here:
 :mod:`.runs` fires them, :mod:`rlguard.exporter` exports the stall as a firing series."""
 from __future__ import annotations
@@ -26,5 +26,8 @@ class BuiltinRule:
 STALL = BuiltinRule("RLG-STALL", "stall", "warning")
 #: the run was seen to stop after rlguard's stop request (or on its own verdict)
 STOPPED = BuiltinRule("RLG-STOPPED", "stopped", "critical")
-#: the run ended or went quiet without acknowledging rlguard's stop request
+#: the run ended, went quiet or kept logging without acknowledging rlguard's stop request
 STOP_IGNORED = BuiltinRule("RLG-STOP-IGNORED", "stop_ignored", "critical")
+#: a person asked the daemon to stop a run (``rlguard stop RUN``): a warning, so that it
+#: reaches the channel under the default ``min_severity``; the team learns who stops what
+STOP_MANUAL = BuiltinRule("RLG-STOP-MANUAL", "stop_manual", "warning")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ..errors import InputError
 from ..yamlpos import load_model
+from .stops import Patience
 
 
 class StopConfig(BaseModel):
@@ -19,6 +20,16 @@ class StopConfig(BaseModel):
     pid_file: str = Field("trainer.pid", description="PID file name, inside the run directory")
     command: list[str] | None = Field(None, description="also run this argv (no shell); RLGUARD_* env vars describe the stop")
     command_timeout: float = 30.0
+    ignored_after_records: int = Field(20, ge=1, description="records a run may log after a stop request before "
+                                       "it counts as ignoring it (a run that obeys logs the step in progress and "
+                                       "perhaps its end-of-training summary: 2 or 3)")
+    ignored_after: float = Field(300.0, gt=0, description="seconds after a stop request after which a run that "
+                                 "still logs (a record read then, 2 at least since the request) counts as "
+                                 "ignoring it, whichever of the two comes first")
+
+    @property
+    def patience(self) -> Patience:
+        return Patience(self.ignored_after_records, self.ignored_after)
 
     @field_validator("signal")
     @classmethod

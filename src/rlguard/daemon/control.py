@@ -7,6 +7,9 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ..alerts import Alert
+from .builtin import STOP_MANUAL
+
 if TYPE_CHECKING:
     from .runs import RunMonitor, RunSnapshot
     from .view import DaemonState
@@ -29,22 +32,31 @@ def status(snapshots: Iterable[RunSnapshot], state: DaemonState,
             "problems": list(state.problems), "notifications": notifications}
 
 
-def stop_run(runs: Iterable[RunMonitor], run: str, reason: str, now: float) -> tuple[int, dict[str, Any]]:
+def stop_run(runs: Iterable[RunMonitor], run: str, reason: str,
+             now: float) -> tuple[int, dict[str, Any], Alert | None]:
     """A person's stop request for the watched run named ``run`` (``rlguard stop RUN``), among
-    ``runs`` (under the daemon's lock): (HTTP code, answer)."""
+    ``runs`` (under the daemon's lock): (HTTP code, answer, the alert that tells the channel:
+    only when this request wrote ``RLGUARD_STOP``)."""
     from ..alerts import Action, Decision
 
     watched = list(runs)
     mon = next((m for m in watched if m.run == run), None)
     if mon is None:
-        return 404, {"error": f"no run {run!r} is watched", "runs": sorted(m.run for m in watched)}
+        return 404, {"error": f"no run {run!r} is watched", "runs": sorted(m.run for m in watched)}, None
     step = int(mon.info.last_step or 0)
     decision = Decision(Action.STOP, step, reason, None, "manual")
     if not mon.request_stop(decision, now):
-        where = mon.run_dir if mon.found.run_dir else "nowhere (no run directory on this machine)"
-        return 409, {"error": f"a stop request is already pending in {where}", "run": run}
+        why = mon.not_requested or (f"a stop request is already pending in {mon.run_dir}" if mon.found.run_dir
+                                    else "no run directory on this machine to write a stop request into")
+        return 409, {"error": why, "run": run}, None
+    mon.info.stopped = f"asked by a person: {reason}"  # what /status, and the obeyed or ignored message, say
     log.warning("[%s] stop requested by a person: %s", run, reason)
-    return 200, {"run": run, "stop": "requested", "run_dir": str(mon.run_dir), "step": step}
+    rule = STOP_MANUAL
+    alert = Alert(run=mon.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="alert", step=step,
+                  metric=rule.metric, value=None, status="firing", labels=dict(mon.context),
+                  message=f"a person asked rlguard to stop the run at step {step}: {reason}; RLGUARD_STOP "
+                          f"written to {mon.run_dir} (the run stops when it reads it)")
+    return 200, {"run": run, "stop": "requested", "run_dir": str(mon.run_dir), "step": step}, alert
 
 
 def control_token(state_dir: str) -> str:

@@ -1,7 +1,6 @@
 """One watched run: a tailed log file, its watchdog, and what the exporter shows about it."""
 from __future__ import annotations
 
-import copy
 import logging
 import time
 import math
@@ -20,37 +19,12 @@ from . import stops
 from .. import incarnation
 from .builtin import STALL, STOP_IGNORED, STOPPED
 from .quiet import QuietScreen, watched_keys
+from .runinfo import RunInfo, info_dict
 from .tail import SETTLE, FileTail
 
 KEEP_ALERTS = 1000
 NO_DIR = "no run directory on this machine to write a stop request into"
 log = logging.getLogger("rlguard.daemon")
-
-
-@dataclass
-class RunInfo:
-    """What the exporter reads at scrape time (plain data, persisted with the run)."""
-
-    last_update: float = 0.0  # wall time of the last new record
-    last_step: int | None = None
-    latest: dict[str, list] = field(default_factory=dict)  # metric -> [value, step]
-    alerts_total: dict[str, int] = field(default_factory=dict)  # "kind|severity" -> count
-    parse_errors: int = 0
-    dropped_metrics: int = 0
-    stalled: bool = False
-    stopped: str | None = None  # reason of the stop request written, if any
-    last_error: str | None = None
-    stop_state: str | None = None  # requested | stopped (its stop record) | ignored (ended without acknowledging)
-    stop_requested_at: float = 0.0
-    stop_step: int | None = None  # last step seen when the stop was requested
-    stop_incarnation: str | None = None  # the run start the request was written for
-    stop_seen: str | None = None  # fingerprint of the run's stop record when the request was written
-    stop_summaries: int = 0  # end-of-training summary records seen when the request was written
-    incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
-    epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
-    ended: str | None = None  # the evidence that the run ended (see .lifecycle)
-    history: bool = False  # found already quiet for longer than stall_after: judged, never acted on
-    retired: list | None = None  # the log's signature when the run was retired (see .lifecycle)
 
 
 @dataclass(slots=True)
@@ -158,6 +132,7 @@ class RunMonitor:
         self.idle_polls = 0 if p.records else self.idle_polls + 1
         if p.records:
             self._new_start(p.events)
+            self.info.stop_records += len(p.records) if self.info.stop_state == "requested" else 0
             self.pending.extend(self._bounded(p.records))
             self.info.last_update = now
         self.deferred = False
@@ -278,21 +253,33 @@ class RunMonitor:
                            self.watchdog.idle_note() if idle else None,
                            {k: self.context[k] for k in RUN_LABELS if k in self.context})
 
-    def check_stopped(self, now: float, quiet_after: float) -> Alert | None:
+    def check_stopped(self, now: float, quiet_after: float, patience: stops.Patience = stops.Patience()) -> Alert | None:
         """What became of a requested stop, judged on the run's files (see :mod:`.stops`): the
-        alert that says it, once. A run relaunched after a stop is watched afresh."""
+        alert that says it, once. A run relaunched after a stop is watched afresh; a run judged
+        to ignore it while it kept logging is told as stopped if it stops on it after all."""
         info = self.info
         if info.stop_state in ("stopped", "ignored"):
             inc = incarnation.current(self.run_dir) if self.found.run_dir else None
             if inc is not None and info.stop_incarnation and inc["id"] != info.stop_incarnation:
                 info.stopped = info.stop_state = info.stop_incarnation = None  # a new start: a new run
-                self.changed = True
+                info.stop_standing, self.changed = False, True
+                return None
+            if not info.stop_standing:
+                return None
+            out = stops.outcome(self.run_dir, info.stop_incarnation, info.stop_seen, False, False, info.last_step,
+                                info.stopped or "")
+            out = out if out is not None and out.state == "stopped" else None
+        elif info.stop_state != "requested":
             return None
-        if info.stop_state != "requested":
-            return None
-        quiet = now - max(info.last_update, info.stop_requested_at) >= quiet_after
-        out = stops.outcome(self.run_dir, info.stop_incarnation, info.stop_seen,
-                            self.watchdog.summaries > info.stop_summaries, quiet, info.last_step, info.stopped or "")
+        else:
+            quiet = now - max(info.last_update, info.stop_requested_at) >= quiet_after
+            out = stops.outcome(self.run_dir, info.stop_incarnation, info.stop_seen,
+                                self.watchdog.summaries > info.stop_summaries, quiet, info.last_step,
+                                info.stopped or "")
+            if out is None:
+                out = stops.kept_logging(info.stop_records, info.stop_requested_at, info.last_update, now,
+                                         info.stop_step, info.last_step, patience, info.stopped or "")
+                info.stop_standing = out is not None
         if out is None:
             return None
         info.stop_state = out.state
@@ -352,7 +339,7 @@ class RunMonitor:
         self.info.stop_step = self.info.last_step
         self.info.stop_incarnation = body["incarnation"]
         self.info.stop_seen = stops.fingerprint(self.run_dir)
-        self.info.stop_summaries = self.watchdog.summaries
+        self.info.stop_summaries, self.info.stop_records = self.watchdog.summaries, 0
         return True
 
     def failed(self, exc: Exception) -> None:
@@ -382,14 +369,3 @@ class RunMonitor:
         """(key, run, tail, watchdog state, info): a store row. The state's long series are the
         watchdog's own arrays: encode it at once (``codec.encode``), before the run reads more."""
         return self.path, self.run, self.tail_saved, self.watchdog.state_dict(arrays=True), info_dict(self.info)
-
-
-def info_dict(info: RunInfo) -> dict:
-    """``asdict(info)``, without its recursive walk (a third of a save of 2,500 runs): the
-    plain fields, and the containers copied one level down (what they hold is plain)."""
-    d = dict(vars(info))
-    d["latest"] = {k: list(v) for k, v in info.latest.items()}
-    d["alerts_total"] = dict(info.alerts_total)
-    d["retired"] = copy.deepcopy(info.retired)
-    return d
-

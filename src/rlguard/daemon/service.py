@@ -174,7 +174,13 @@ class Daemon:
     def stop_run(self, run: str, reason: str) -> tuple[int, dict[str, Any]]:
         """A person's stop request for a watched run (``rlguard stop RUN``): (HTTP code, answer)."""
         with self.lock:
-            return control.stop_run(self.runs.values(), run, reason, self.clock())
+            code, answer, alert = control.stop_run(self.runs.values(), run, reason, self.clock())
+            if alert is not None:  # told once: queued (keyed) and the run saved before the answer
+                self._notify([alert])
+                mon = self.runs[self.names[alert.run]]
+        if alert is not None:
+            saving.save_slices(self, [mon], self.lock)
+        return code, answer
 
     def notification_stats(self) -> dict[str, int] | None:
         return self.outgoing.stats()
@@ -210,7 +216,7 @@ class Daemon:
                 for d in decisions:
                     if d.action is Action.STOP and d.alert is not None:
                         self._stop(mon, d)
-                stopped = mon.check_stopped(self.clock(), self.cfg.stopped_after)
+                stopped = mon.check_stopped(self.clock(), self.cfg.stopped_after, self.cfg.stop.patience)
                 if stopped is not None:
                     log.warning("[%s] %s", mon.run, stopped.message)
                     alerts = alerts + [stopped]

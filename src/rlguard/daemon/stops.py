@@ -6,7 +6,10 @@
 - :func:`outcome`: what became of a request: ``stopped`` (the run's ``stop.json`` for the
   incarnation asked; obeyed, or stopped on its own verdict first) or ``ignored`` (the run ended,
   was replaced by a new start, or went quiet, without acknowledging it). A request left behind
-  is archived under ``rlguard/stops/`` as expired (:mod:`rlguard.incarnation`).
+  is archived under ``rlguard/stops/`` as expired (:mod:`rlguard.incarnation`);
+- :func:`kept_logging`: ``ignored`` too when the run goes on logging past the request
+  (:class:`Patience`: so many records, or records still coming so long after it); that request
+  stays in place, since a run still alive may yet read it (then a late ``stopped`` follows).
 """
 from __future__ import annotations
 
@@ -52,6 +55,16 @@ def why_not(run_dir: Path, finished: bool, last_step: int | None) -> str | None:
 
 
 @dataclass(frozen=True)
+class Patience:
+    """When a run that keeps logging after a stop request has ignored it: ``records`` records
+    read since the request, or a record read ``seconds`` after it (and at least 2 since: the
+    step in progress when the request was written may still log one before the run stops)."""
+
+    records: int = 20
+    seconds: float = 300.0
+
+
+@dataclass(frozen=True)
 class Outcome:
     state: str  # stopped | ignored
     message: str
@@ -91,6 +104,21 @@ def outcome(run_dir: Path, asked: str | None, seen: str | None, finished_since: 
     _expire(run_dir, asked, f"the run {how} at step {ended} without acknowledging it")
     return Outcome("ignored", f"{how} at step {ended} without acknowledging the stop request ({HINT}): {reason}",
                    ended)
+
+
+def kept_logging(records: int, requested_at: float, last_update: float, now: float, asked_step: int | None,
+                 last_step: int | None, patience: Patience, reason: str) -> Outcome | None:
+    """``ignored`` when the run went on logging past the request (see :class:`Patience`);
+    None while it may still be on its way to stopping."""
+    late = last_update - requested_at >= patience.seconds
+    if records < patience.records and not (late and records >= 2):
+        return None
+    why = (f"{records} records" if records >= patience.records else
+           f"a record {last_update - requested_at:.0f} s")
+    return Outcome("ignored", f"kept logging after the stop request of step {asked_step}: {records} record(s) "
+                   f"up to step {last_step} in {now - requested_at:.0f} s, without acknowledging it ({HINT}; "
+                   f"judged ignored at {why} after the request); the request stays in place: {reason}",
+                   last_step)
 
 
 def _kept(stop: dict) -> str:

@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-from ..alerts import Alert
+from ..alerts import Alert, Kind
 from ..incidents import kind_words, rules_of, summary
 from ..keep import before_incident
 from ..render import by_incident
@@ -39,6 +39,7 @@ _ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;",
 _EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":information_source:"}
 _RESOLVED = ":white_check_mark:"
 _ELLIPSIS = "…"
+NONFINITE = Kind.NONFINITE.value
 
 
 def escape(text: object) -> str:
@@ -99,20 +100,24 @@ def action_text(alert: Alert) -> str:
         return "stop request obeyed" if "after rlguard's stop request" in alert.message else "stopped on its own verdict"
     if alert.kind == "stop_ignored":
         return "stop request not acknowledged: check that the run has the rlguard callback"
+    if alert.kind == "stop_manual":
+        return "stop requested by a person (RLGUARD_STOP written)"
     if alert.action == "stop":
         ckpt = alert.checkpoint_step  # a best evaluation inside the incident is no checkpoint to keep
         ok = before_incident(ckpt, onset_of(alert))
         keep = f"; checkpoint to keep: step {ckpt}" if ok else ""
         stop = alert.stop.state if alert.stop is not None else None
-        if stop == "requested":  # the daemon wrote a stop request; the run has not stopped yet
+        if stop == "requested":  # this decision wrote the stop request; the run has not stopped yet
             return "stop requested (RLGUARD_STOP written)" + keep
+        if stop == "pending":  # a request written before is still there: nothing new was written
+            return f"stop already requested ({alert.stop.note or 'RLGUARD_STOP still pending'})"
         if stop == "not needed":
             return f"no stop request: {alert.stop.note or 'the run already ended'}"
         if stop == "not requested":
             return "stop decided, but no stop request could be written (see the daemon log)" + keep
         return ("stopped; checkpoint kept at step " + str(ckpt)) if keep else "stopped"
-    if alert.action == "checkpoint":
-        return "checkpoint saved"
+    if alert.action == "checkpoint":  # the daemon saves nothing; only a trainer can
+        return "checkpoint asked for: saved only by a run with the rlguard callback (the daemon saves none)"
     if alert.action == "alert":
         return "alert only; the run continues"
     return str(alert.action)
@@ -185,21 +190,42 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
     return [b for b in blocks if b is not None] + [_footer(message)]
 
 
+def cleared_words(a: Alert) -> str:
+    """What a resolution means, in words: for a non-finite value, only that none came since (the
+    weights or optimizer state may be corrupt: the run is not known healthy)."""
+    if a.kind == NONFINITE:
+        return (f"`{fit(a.metric, MAX_VALUE)}` finite again at step {_num(a.step)} ({_num(fmt_value(a.value))}), "
+                f"no new non-finite value since (rule `{fit(a.rule, MAX_VALUE)}`); the run is not known healthy: "
+                "its weights or optimizer state may still be corrupt")
+    return (f"`{fit(a.metric, MAX_VALUE)}` no longer triggers rule `{fit(a.rule, MAX_VALUE)}` "
+            f"({fit(a.kind, 60)}) in run `{fit(a.run, MAX_VALUE)}`, as of step {_num(a.step)} "
+            f"(value {_num(fmt_value(a.value))})")
+
+
 def _single_resolved(a: Alert, message: Message) -> list[dict[str, Any]]:
-    cleared = (f"*Cleared:* `{fit(a.metric, MAX_VALUE)}` no longer triggers rule "
-               f"`{fit(a.rule, MAX_VALUE)}` ({fit(a.kind, 60)}) in run `{fit(a.run, MAX_VALUE)}`, "
-               f"as of step {_num(a.step)} (value {_num(fmt_value(a.value))}).")
+    cleared = f"*Cleared:* {cleared_words(a)}."
     fields = [_field("Run", a.run), _field("Rule", a.rule), _field("Metric", a.metric),
               _field("Value", fmt_value(a.value)), _field("Step", a.step),
               _field("Severity", a.severity)]
-    return [_header(f"{_RESOLVED} Resolved: {a.kind}"), _section(cleared),
+    head = f"{_EMOJI['warning']} No new non-finite value" if a.kind == NONFINITE else f"{_RESOLVED} Resolved"
+    return [_header(f"{head}: {a.kind}"), _section(cleared),
             {"type": "section", "fields": fields}, _titled("Details", a.message), _footer(message)]
 
 
-def _alert_line(a: Alert) -> dict[str, Any]:
+def _alert_line(a: Alert, fired: Alert | None = None) -> dict[str, Any]:
+    """One alert; ``fired``: the firing alert of a resolution ``a`` that cleared before the
+    message was built (both told in one line)."""
+    if fired is not None:
+        head = (f"{_EMOJI.get(fired.severity, ':warning:')} *{fit(fired.kind, 60)}* "
+                f"({fit(fired.severity, 20)}) · fired at step {_num(fired.step)} (`{fit(fired.metric, MAX_VALUE)}` = "
+                f"{_num(fmt_value(fired.value))}), cleared before this message · rule {fit(fired.rule, MAX_VALUE)} "
+                f"· {fit(action_text(fired), 200)}\n_{cleared_words(a)}_")
+        return _section(head + "\n" + fit(fired.message, max(0, MAX_TEXT - _units(head) - 1)))
     if a.status == "resolved":
-        head = (f"{_RESOLVED} *cleared: {fit(a.kind, 60)}* · `{fit(a.metric, MAX_VALUE)}` = "
-                f"{_num(fmt_value(a.value))} at step {_num(a.step)} · rule {fit(a.rule, MAX_VALUE)}")
+        word = "no new non-finite value" if a.kind == NONFINITE else "cleared"
+        head = (f"{_RESOLVED if a.kind != NONFINITE else _EMOJI['warning']} *{word}: {fit(a.kind, 60)}* · "
+                f"`{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} at step {_num(a.step)} · rule "
+                f"{fit(a.rule, MAX_VALUE)}" + (" · the run is not known healthy" if a.kind == NONFINITE else ""))
     else:
         head = (f"{_EMOJI.get(a.severity, ':warning:')} *{fit(a.kind, 60)}* "
                 f"({fit(a.severity, 20)}) · `{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} "
@@ -233,13 +259,18 @@ def _lines(message: Message) -> list[dict[str, Any]]:
     out = []
     for inc, members in by_incident(message.firing):
         out += [_incident_line(inc, members)] if inc is not None else [_alert_line(a) for a in members]
-    return out + [_alert_line(a) for a in message.resolved]
+    passed = {(a.rule, a.metric): a for a in message.passed}
+    return out + [_alert_line(a, passed.pop((a.rule, a.metric), None)) for a in message.resolved]
 
 
 def _grouped(message: Message) -> list[dict[str, Any]]:
-    firing, resolved = message.firing, message.resolved
+    firing, resolved, passed = message.firing, message.resolved, message.passed
     run = message.alerts[0].run
-    if firing:
+    if passed and not firing:  # stops that cleared before this message: told, never counted as firing
+        worst = _worst(passed)
+        head = (f"{_EMOJI.get(worst.severity, ':warning:')} {len(passed)} alert{'s' if len(passed) > 1 else ''} "
+                f"fired and cleared before this message, {len(resolved)} resolved")
+    elif firing:
         worst = _worst(firing)
         head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} {'new ' if message.still else ''}alerts firing"
         incidents = {a.incident["id"]: a.incident for a in firing if a.incident}
@@ -249,8 +280,11 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
             head += f" in {len(incidents)} incidents"
         if resolved:
             head += f", {len(resolved)} resolved"
+        worst = _worst(firing + passed)
     else:
         worst, head = None, f"{_RESOLVED} {len(resolved)} alerts resolved"
+        if any(a.kind == NONFINITE for a in resolved):  # never a green tick after a NaN
+            head = f"{_EMOJI['warning']} {len(resolved)} alerts cleared, no new non-finite value: not known healthy"
     fields = [_field("Run", run), _field("Firing", len(firing)), _field("Resolved", len(resolved))]
     if worst is not None:
         fields += [_field("Highest severity", worst.severity), _field("Action", action_text(worst))]
@@ -260,7 +294,7 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
     if len(lines) > MAX_LISTED:
         blocks.append(_context(f"… and {len(lines) - MAX_LISTED} more alert(s) not "
                                f"listed ({len(lines)} in all)."))
-    hints = _hints(firing)
+    hints = _hints(firing + passed)
     return blocks + ([hints] if hints else []) + [_footer(message)]
 
 
@@ -282,6 +316,11 @@ def fallback_text(message: Message) -> str:
         kinds = ", ".join(dict.fromkeys(named + [x.kind for x in message.resolved]))
         text = (f"rlguard: {len(message.firing)} firing, {len(message.resolved)} resolved "
                 f"in run {a.run}: {kinds}")
+        if message.passed:
+            text += f" ({len(message.passed)} fired and cleared before this message: {action_text(message.passed[0])})"
+    elif a.status == "resolved" and a.kind == NONFINITE:
+        text = (f"rlguard: no new non-finite {a.metric} in run {a.run} since step {a.step}; "
+                "the run is not known healthy")
     elif a.status == "resolved":
         text = f"rlguard: resolved {a.kind} in run {a.run}: {a.metric} cleared at step {a.step}"
     elif a.kind in ("stopped", "stop_ignored"):  # what became of a stop request: its message says it all

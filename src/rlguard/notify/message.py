@@ -23,6 +23,12 @@ def action_rank(action: str) -> int:
         return Action.ALERT.rank
 
 
+def _before(fired: Alert, cleared: dict[tuple[str, str], int]) -> bool:
+    """Did ``fired`` clear, at its step or later (``cleared``: the latest step of each clearing)?"""
+    at = cleared.get((fired.rule, fired.metric))
+    return at is not None and fired.step <= at
+
+
 @dataclass(slots=True)
 class Message:
     """A notification to send once.
@@ -33,7 +39,8 @@ class Message:
     - ``group_key``: the group the alerts belong to (the run).
     - ``status``: ``firing`` if any alert is still firing, else ``resolved``.
     - ``alerts``: what is new: alerts firing since the last message first, then the ones that
-      cleared since (a reminder: every alert still firing).
+      cleared since (a reminder: every alert still firing). A stop that cleared before it was
+      told is there twice, as it fired and as it cleared (:attr:`passed`).
     - ``still``: alerts already announced that are still firing (summarised in one line).
     - ``repeat``: 0 for a first notification, n for the n-th reminder of an unchanged group.
     - ``possible_duplicate``: set at delivery when an earlier attempt was interrupted after the
@@ -50,7 +57,25 @@ class Message:
 
     @property
     def firing(self) -> list[Alert]:
-        return [a for a in self.alerts if a.status != "resolved"]
+        """The alerts still firing when the message was built (an alert that fired and cleared
+        before it, a stop announced late, is in :attr:`passed`, never counted as firing)."""
+        done = self._cleared()
+        return [a for a in self.alerts if a.status != "resolved" and not _before(a, done)]
+
+    @property
+    def passed(self) -> list[Alert]:
+        """Alerts told as they fired whose resolution, at their step or later, is in the same
+        message: they had cleared before it was built."""
+        done = self._cleared()
+        return [a for a in self.alerts if a.status != "resolved" and _before(a, done)]
+
+    def _cleared(self) -> dict[tuple[str, str], int]:
+        """(rule, metric) -> the latest step at which it cleared, in this message."""
+        done: dict[tuple[str, str], int] = {}
+        for a in self.alerts:
+            if a.status == "resolved":
+                done[(a.rule, a.metric)] = max(a.step, done.get((a.rule, a.metric), a.step))
+        return done
 
     @property
     def resolved(self) -> list[Alert]:

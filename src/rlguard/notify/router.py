@@ -11,7 +11,12 @@ Prometheus. Alerts are grouped by run. Per group:
 - An unchanged group that is still firing is re-sent every ``repeat_interval``.
 - The change test compares *which* alerts fire with which were notified. An alert that
   resolves and fires again before the next message (flapping) changes nothing, so it sends
-  nothing; a flapping metric costs at most one message per ``group_interval``.
+  nothing; a flapping metric costs at most one message per ``group_interval``. Except a
+  non-finite value (kind ``nonfinite``): a new episode after one ended is told, with the end
+  of the one before (every step after a NaN may be wasted; it is never noise).
+- A stop that cleared before it was told (a NaN that decided it, finite again in the same
+  chunk) is told all the same, as it fired and as it cleared in one message, and counted
+  as cleared, never as firing.
 - A firing alert is kept as it first fired (its step, value and reason); repeated firing
   alerts for the same rule and metric add nothing. A resolved alert that was never notified
   as firing is dropped.
@@ -34,7 +39,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from ..alerts import RUN_LABELS, Alert, Severity
+from ..alerts import RUN_LABELS, Alert, Kind, Severity
 from ..errors import StateError
 from .message import Message, severity_rank
 
@@ -124,13 +129,16 @@ class Router:
             if ident in group.firing:
                 return  # still firing: the alert as it first fired stands
             group.firing[ident] = replace(alert, labels=dict(alert.labels))
-            group.cleared.pop(ident, None)
+            if alert.kind == Kind.NONFINITE.value and ident in group.notified:
+                group.notified.discard(ident)  # a new non-finite episode is news, never a flap: told again
+            else:
+                group.cleared.pop(ident, None)
         else:
             fired = group.firing.get(ident)
             if fired is None:
                 return  # never seen firing (or a replay): nothing to clear
             if ident not in group.notified and fired.action == "stop":
-                group.late[ident] = replace(alert, labels=dict(alert.labels))  # announce the stop first
+                group.late[ident] = replace(alert, labels=dict(alert.labels))  # told with the stop it decided
                 return
             del group.firing[ident]
             if ident in group.notified:
@@ -162,21 +170,19 @@ class Router:
         return None
 
     def _flush(self, run: str, group: _Group, now: float, *, repeat: bool) -> Message:
+        late = [(group.firing.pop(k), group.late[k]) for k in sorted(group.late) if k in group.firing]
+        group.late = {}  # stops that cleared before they were told: told as they fired and as they cleared
         firing = [group.firing[k] for k in sorted(group.firing)]
         cleared = [group.cleared[k] for k in sorted(group.cleared)] if self.send_resolved else []
+        cleared += [resolved for _, resolved in late]
         group.repeats = group.repeats + 1 if repeat else 0
         # a change says what is new; what was announced and still fires is summarised apart
         still = [] if repeat else [group.firing[k] for k in sorted(group.firing) if k in group.notified]
         new = firing if repeat else [group.firing[k] for k in sorted(group.firing) if k not in group.notified]
-        alerts = (new + cleared) or firing
+        alerts = (new + [fired for fired, _ in late] + cleared) or firing
         still = [a for a in still if a not in alerts]
         group.notified = set(group.firing)
         group.cleared, group.changed_at, group.last_sent = {}, None, now
-        for ident, resolved in group.late.items():  # announced now: their resolution comes next
-            group.firing.pop(ident, None)
-            group.cleared[ident] = resolved
-            group.changed_at = now
-        group.late = {}
         return Message(key=message_key(run, alerts + still, group.repeats), group_key=run,
                        status="firing" if firing else "resolved", alerts=alerts,
                        repeat=group.repeats, still=still)

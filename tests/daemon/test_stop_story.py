@@ -1,0 +1,127 @@
+"""Issue 47 items 3 to 5: the stop story and Slack's words, through the real daemon process and
+slack-sdk's real client against the local Slack stand-in.
+
+- a run that keeps logging after its stop request is declared to ignore it (RLG-STOP-IGNORED,
+  ``rlguard_run_stop_ignored`` 1), once;
+- requested, obeyed, ignored and a person's stops (``rlguard stop RUN``) all reach Slack, once
+  each, never again after a kill -9 and a restart;
+- Slack says only what is so: "RLGUARD_STOP written" only for the decision that wrote it; a
+  stop whose alert cleared before the message is not counted as firing; a second non-finite
+  episode is told; a non-finite alert's end is never "resolved" as if the run were healthy.
+"""
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from daemon_helpers import append, healthy
+
+pytest.importorskip("slack_sdk")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "notify"))
+from notify_helpers import FakeSlack  # noqa: E402
+
+STUCK = [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(1, 8)]
+
+
+def texts(fake: FakeSlack) -> list[str]:
+    with fake.lock:
+        return [str(r.body) for r in fake.requests]
+
+
+def said(fake: FakeSlack, run: str, words: str) -> int:
+    """How many messages about ``run`` say ``words``."""
+    return sum(1 for t in texts(fake) if f"run {run}" in t and words in t)
+
+
+def setup(tmp_path: Path, slack: FakeSlack, extra: str = "") -> list[str]:
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text("slack:\n  group_wait: 0\n  group_interval: 1\n  repeat_interval: 3600\n" + extra)
+    hook = tmp_path / "webhook_url"
+    hook.write_text(slack.webhook_url + "\n")
+    return ["--config", str(cfg), "--slack-webhook-url-file", str(hook)]
+
+
+def ignored_gauge(d, run: str) -> str:
+    return next((ln.rsplit(" ", 1)[1] for ln in d.metrics().splitlines()
+                 if ln.startswith(f'rlguard_run_stop_ignored{{run="{run}"}}')), "absent")
+
+
+def test_a_run_that_keeps_logging_after_the_request_ignores_it_said_once(tmp_path, daemon_factory, slack):
+    """Today: the gauge stays 0 for a run that logs on (it counts only runs that end or go quiet)."""
+    args = setup(tmp_path, slack)
+    deaf = tmp_path / "runs" / "deaf" / "metrics.jsonl"
+    append(deaf, STUCK)
+    d = daemon_factory(*args).start()
+    d.wait_for(lambda: (deaf.parent / "RLGUARD_STOP").exists(), "no stop request")
+    d.wait_for(lambda: said(slack, "deaf", "stop requested (RLGUARD_STOP written)"), "no 'requested' message")
+    append(deaf, [dict(r, step=r["step"] + 7) for r in STUCK] * 2)  # 14 records: under the default 20
+    d.wait_for(lambda: 'rlguard_run_last_step{run="deaf"} 14.0' in d.metrics(), "records not read")
+    time.sleep(1.0)
+    assert ignored_gauge(d, "deaf") == "0.0" and not said(slack, "deaf", "kept logging")
+    append(deaf, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(15, 22)])  # 21 since the request
+    d.wait_for(lambda: ignored_gauge(d, "deaf") == "1.0", "rlguard_run_stop_ignored not set")
+    d.wait_for(lambda: said(slack, "deaf", "kept logging after the stop request of step 7"), "no 'ignored' message")
+    assert said(slack, "deaf", "stop request not acknowledged: check that the run has the rlguard callback")
+    assert (deaf.parent / "RLGUARD_STOP").exists()  # still alive: the request stays where it may yet be read
+    d.stop(signal.SIGKILL)
+    append(deaf, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(22, 50)])
+    d2 = daemon_factory(*args).start()
+    d2.wait_for(lambda: 'rlguard_run_last_step{run="deaf"} 49.0' in d2.metrics(), "restart did not continue")
+    time.sleep(2.0)  # a few notify rounds
+    assert ignored_gauge(d2, "deaf") == "1.0"
+    assert said(slack, "deaf", "kept logging") == 1, texts(slack)
+    assert said(slack, "deaf", "stop requested (RLGUARD_STOP written)") == 1, texts(slack)
+    assert d2.stop() == 0
+
+
+def test_patience_is_configurable_and_time_counts_too(tmp_path, daemon_factory, slack):
+    """``stop.ignored_after``: a record read that long after the request (2 at least) is enough."""
+    args = setup(tmp_path, slack, "stop:\n  ignored_after: 2\n")
+    deaf = tmp_path / "runs" / "slow" / "metrics.jsonl"
+    append(deaf, STUCK)
+    d = daemon_factory(*args).start()
+    d.wait_for(lambda: (deaf.parent / "RLGUARD_STOP").exists(), "no stop request")
+    append(deaf, [{"step": 8, "reward": 0.5, "reward_std": 0.0}])
+    time.sleep(2.5)
+    assert ignored_gauge(d, "slow") == "0.0"  # one record: the step in progress may log it, then stop
+    append(deaf, [{"step": 9, "reward": 0.5, "reward_std": 0.0}])
+    d.wait_for(lambda: ignored_gauge(d, "slow") == "1.0", "not judged ignored after ignored_after")
+    d.wait_for(lambda: said(slack, "slow", "2 record(s) up to step 9"), "no 'ignored' message")
+    assert d.stop() == 0
+
+
+def test_a_persons_stop_reaches_slack_and_so_does_its_outcome_once_each(tmp_path, daemon_factory, slack):
+    """Today: ``rlguard stop RUN`` is only in the daemon's log."""
+    from test_honest import obey
+
+    from rlguard import incarnation
+
+    args = setup(tmp_path, slack)
+    run = tmp_path / "runs" / "grpo-9"
+    append(run / "metrics.jsonl", healthy(1, 10))
+    incarnation.begin(run, 0)
+    d = daemon_factory(*args).start()
+    d.wait_for(lambda: 'rlguard_run_last_step{run="grpo-9"} 10.0' in d.metrics(), "healthy lines not read")
+    out = subprocess.run([sys.executable, "-m", "rlguard", "stop", "grpo-9", "--reason", "wrong dataset",
+                          "--state-dir", str(d.state)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    d.wait_for(lambda: said(slack, "grpo-9", "stop requested by a person (RLGUARD_STOP written)"),
+               "a person's stop not on Slack")
+    assert said(slack, "grpo-9", "a person asked rlguard to stop the run at step 10: wrong dataset")
+    again = subprocess.run([sys.executable, "-m", "rlguard", "stop", "grpo-9", "--reason", "twice",
+                            "--state-dir", str(d.state)], capture_output=True, text=True, timeout=60)
+    assert again.returncode != 0 and "already pending" in again.stderr + again.stdout
+    obey(run)
+    d.wait_for(lambda: said(slack, "grpo-9", "stop request obeyed"), "no 'obeyed' message")
+    assert said(slack, "grpo-9", "after rlguard's stop request (asked by a person: wrong dataset)")
+    d.stop(signal.SIGKILL)
+    d2 = daemon_factory(*args).start()
+    time.sleep(2.5)
+    assert said(slack, "grpo-9", "stop requested by a person") == 1, texts(slack)
+    assert said(slack, "grpo-9", "stop request obeyed") == 1, texts(slack)
+    assert said(slack, "grpo-9", "twice") == 0
+    assert d2.stop() == 0
