@@ -37,9 +37,9 @@ def said(fake: FakeSlack, run: str, words: str) -> int:
     return sum(1 for t in texts(fake) if f"run {run}" in t and words in t)
 
 
-def setup(tmp_path: Path, slack: FakeSlack, extra: str = "") -> list[str]:
+def setup(tmp_path: Path, slack: FakeSlack, extra: str = "", wait: float = 0) -> list[str]:
     cfg = tmp_path / "daemon.yaml"
-    cfg.write_text("slack:\n  group_wait: 0\n  group_interval: 1\n  repeat_interval: 3600\n" + extra)
+    cfg.write_text(f"slack:\n  group_wait: {wait:g}\n  group_interval: 1\n  repeat_interval: 3600\n" + extra)
     hook = tmp_path / "webhook_url"
     hook.write_text(slack.webhook_url + "\n")
     return ["--config", str(cfg), "--slack-webhook-url-file", str(hook)]
@@ -125,3 +125,54 @@ def test_a_persons_stop_reaches_slack_and_so_does_its_outcome_once_each(tmp_path
     assert said(slack, "grpo-9", "stop request obeyed") == 1, texts(slack)
     assert said(slack, "grpo-9", "twice") == 0
     assert d2.stop() == 0
+
+
+def nan_rows(steps: range, bad: set[int]) -> list[dict]:
+    return [dict(r, loss=float("nan")) if r["step"] in bad else r for r in healthy(steps.start, len(steps))]
+
+
+def test_a_nan_is_told_as_it_was_each_burst_and_its_end_is_not_health(tmp_path, daemon_factory, slack):
+    """Today: "Firing 1" for a NaN stop that had cleared before its message, "resolved ... loss
+    back to normal" two records later, the second burst 6 records on never told, and "RLGUARD_STOP
+    written" for a decision that wrote nothing."""
+    args = setup(tmp_path, slack, wait=2)  # the NaN clears (step 22) before its message is built
+    log = tmp_path / "runs" / "nan" / "metrics.jsonl"
+    append(log, healthy(1, 20))
+    d = daemon_factory(*args).start()
+    d.wait_for(lambda: 'rlguard_run_last_step{run="nan"} 20.0' in d.metrics(), "healthy lines not read")
+    append(log, nan_rows(range(21, 24), {21}))  # one NaN, finite again in the same chunk
+    d.wait_for(lambda: said(slack, "nan", "fired and cleared before this message"), "the NaN stop not told")
+    first = next(t for t in texts(slack) if "fired and cleared before this message" in t)
+    assert "'*Firing*\\n0'" in first and "'*Resolved*\\n1'" in first, first  # nothing counted as firing
+    assert "stop requested (RLGUARD_STOP written)" in first and "not known healthy" in first
+    assert (log.parent / "RLGUARD_STOP").exists()
+    append(log, nan_rows(range(24, 31), {27}))  # a second burst, 6 records after the first ended
+    d.wait_for(lambda: sum("fired at step 27" in t for t in texts(slack)) == 1, "the second NaN burst not told")
+    second = next(t for t in texts(slack) if "fired at step 27" in t)
+    assert "stop already requested (RLGUARD_STOP written at step 23, not yet acknowledged; nothing new written)" \
+        in second, second
+    assert said(slack, "nan", "stop requested (RLGUARD_STOP written)") == 1
+    everything = " ".join(texts(slack))
+    assert "back to normal" not in everything and "white_check_mark" not in everything
+    assert "train_loss finite again, no new non-finite value since; the run is not known healthy" in d.log.read_text()
+    assert d.stop() == 0
+
+
+def test_a_checkpoint_decision_says_what_the_daemon_can_do(tmp_path, daemon_factory, slack):
+    """Today: "checkpoint saved", from a daemon that saves nothing."""
+    pack = tmp_path / "ckpt.yaml"
+    pack.write_text('apiVersion: rlguard/v1\npack: ckpt\nversion: "1"\nrules:\n'
+                    '  - {id: T-KL-CKPT, kind: kl_high, severity: warning, action: checkpoint, metric: kl,\n'
+                    '     description: KL above one on any record., detector: threshold,\n'
+                    '     params: {above: 1.0}, for: 1}\n')
+    args = setup(tmp_path, slack)
+    log = tmp_path / "runs" / "ck" / "metrics.jsonl"
+    append(log, healthy(1, 10))
+    d = daemon_factory(*args, "--rules", str(pack), "--no-default-rules").start()
+    d.wait_for(lambda: 'rlguard_run_last_step{run="ck"} 10.0' in d.metrics(), "healthy lines not read")
+    append(log, [dict(r, kl=5.0) for r in healthy(11, 2)])
+    d.wait_for(lambda: said(slack, "ck", "T-KL-CKPT"), "no message")
+    body = " ".join(texts(slack))
+    assert "checkpoint asked for: saved only by a run with the rlguard callback (the daemon saves none)" in body
+    assert "checkpoint saved" not in body
+    assert d.stop() == 0

@@ -8,7 +8,7 @@ import logging
 import sqlite3
 from typing import TYPE_CHECKING
 
-from ..alerts import Alert
+from ..alerts import Alert, Kind
 from .view import Changes
 
 if TYPE_CHECKING:
@@ -37,8 +37,10 @@ class Outgoing:
     @staticmethod
     def log(alerts: list[Alert]) -> None:
         for a in alerts:
-            log.warning("[%s] %s %s %s (%s) step %s: %s", a.run, a.status, a.severity, a.kind, a.rule, a.step,
-                        a.message)
+            msg = a.message
+            if a.status == "resolved" and a.kind == Kind.NONFINITE.value:  # never "back to normal" after a NaN
+                msg = f"{a.metric} finite again, no new non-finite value since; the run is not known healthy"
+            log.warning("[%s] %s %s %s (%s) step %s: %s", a.run, a.status, a.severity, a.kind, a.rule, a.step, msg)
 
     def submit(self, alerts: list[Alert]) -> tuple[bool, Changes]:
         """Queue alerts for Slack (a dispatcher is configured); (queued, changes): not queued,

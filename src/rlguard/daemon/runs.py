@@ -253,7 +253,8 @@ class RunMonitor:
                            self.watchdog.idle_note() if idle else None,
                            {k: self.context[k] for k in RUN_LABELS if k in self.context})
 
-    def check_stopped(self, now: float, quiet_after: float, patience: stops.Patience = stops.Patience()) -> Alert | None:
+    def check_stopped(self, now: float, quiet_after: float,
+                      patience: stops.Patience = stops.Patience()) -> Alert | None:
         """What became of a requested stop, judged on the run's files (see :mod:`.stops`): the
         alert that says it, once. A run relaunched after a stop is watched afresh; a run judged
         to ignore it while it kept logging is told as stopped if it stops on it after all."""
