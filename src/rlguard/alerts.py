@@ -83,7 +83,8 @@ class Kind(str, Enum):
 class StopOutcome:
     """What the daemon did about a stop decision for a run it does not live in, as Slack says it.
 
-    ``state``: ``requested`` (``RLGUARD_STOP`` written, or one already pending), ``not needed``
+    ``state``: ``requested`` (this decision wrote ``RLGUARD_STOP``), ``pending`` (a request
+    written before is still there: nothing new written; ``note`` says which), ``not needed``
     (the run already stopped or ended: ``note`` says how it is known), ``not requested`` (no
     request could be written: the daemon log says why). The run being seen to stop is a later
     alert of its own (kind ``stopped``), never this field."""
