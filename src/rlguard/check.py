@@ -15,7 +15,8 @@ from .sources import detect_format, open_reader, resolve_log
 from .sources.base import sane_step
 from .sources.block import RecordBlock
 from .sources.cap import MAX_METRICS, MetricCap
-from .sources.rundir import choose_log
+from .sources.live import find_live
+from .sources.rundir import choose_log, newer_logs, run_root
 from .verdict import decision_record
 from .watchdog import Watchdog
 
@@ -51,10 +52,13 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
     from .explain import absent_metrics
 
     idle = wd.idle_note()
+    live = find_live(path, os.fspath(given))
+    root = live.run_dir if live else run_root(path, os.fspath(given))
+    notes_live = newer_logs(path, root) if os.path.isfile(path) else []
     notes = ([chosen.note(os.fspath(given))] if chosen and chosen.others else []) + _notes(wd, stats) \
-        + absent_metrics(wd) + ([idle] if idle else []) + [x for x in [cap.note()] if x]
+        + absent_metrics(wd) + ([idle] if idle else []) + [x for x in [cap.note()] if x] + notes_live
     if out_format == "json":
-        for note in notes:
+        for note in notes + (live.lines(last) if live else []):
             print(f"rlguard: {path}: {note}", file=sys.stderr)
     else:
         from .render import render_text
@@ -62,7 +66,7 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
         best = (wd.best.metric, wd.best.value, wd.best.step) if wd.best and wd.best.value is not None else None
         render_text(out, path=path, fmt_name=fmt_name, records=n, steps=(first, last), notes=notes,
                     alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best,
-                    distinct_steps=distinct)
+                    distinct_steps=distinct, live=live.lines(last) if live else [])
     out.flush()
     bad = any(a.status == "firing" and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
     return 1 if bad else 0

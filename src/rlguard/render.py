@@ -43,7 +43,10 @@ def by_incident(alerts: list[Alert]) -> list[tuple[dict | None, list[Alert]]]:
 
 def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: tuple[int, int] | None,
                 notes: list[str], alerts: list[Alert], decisions: list[Decision],
-                stop: Decision | None, best: tuple[str, float, int] | None, distinct_steps: int | None = None) -> None:
+                stop: Decision | None, best: tuple[str, float, int] | None, distinct_steps: int | None = None,
+                live: list[str] | None = None) -> None:
+    """``live``: what rlguard's own records of the run say happened (:mod:`rlguard.sources.live`),
+    shown under the replay's decision, each line naming its file."""
     w = out.write
     span = f", steps {steps[0]}..{steps[1]}" if steps else ""
     # W&B and TRL log many rows per step (profiling timings, eval rows): say how many steps
@@ -78,6 +81,8 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
             for k, h in found:
                 w(f"  {k}: {h}\n")
     w("\nDecision:\n")
+    if live:  # two sources: say which figure is whose
+        w(f"  replay of {path}" + (f" (steps {steps[0]}..{steps[1]})" if steps else "") + ":\n")
     if stop is not None and stop.alert is not None:
         # one checkpoint to keep: the best evaluation before the stop (what a live run kept)
         a = stop.alert
@@ -94,6 +99,8 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         if best is not None:
             w(f"  best {best[0]} = {fmt(best[1])} at step {best[2]}: the checkpoint to keep.\n")
     w(checkpoint_line([d for d in decisions if d.action is Action.CHECKPOINT]))
+    for line in live or []:
+        w(f"  {line}.\n")
 
 
 def checkpoint_line(ckpts: list[Decision]) -> str:

@@ -152,3 +152,38 @@ def wandb_file(path: str) -> str | None:
             real = os.path.realpath(folder) if os.path.islink(folder) else folder
             return os.path.join(real, names[-1])
     return None
+
+
+def run_root(log: str, given: str) -> str:
+    """The run directory of ``log``: the directory given, else the output dir above a
+    ``checkpoint-N/`` or ``runs/<stamp>/``, else the log's own folder."""
+    if os.path.isdir(given):
+        return given
+    here = os.path.dirname(os.path.abspath(log))
+    head, _, num = os.path.basename(here).partition("-")
+    if head == "checkpoint" and num.isdigit():
+        return os.path.dirname(here)
+    up = os.path.dirname(here)
+    return os.path.dirname(up) if os.path.basename(up) == "runs" else here
+
+
+def newer_logs(log: str, root: str) -> list[str]:
+    """Notes on the logs of the run in ``root`` written after ``log`` (a console log,
+    LLaMA-Factory's ``trainer_log.jsonl``, TensorBoard events, a newer ``trainer_state.json``):
+    the run went on past the log read, whose last steps they may hold."""
+    try:
+        mine = os.stat(log).st_mtime
+    except OSError:
+        return []
+    cands = _trainer_logs(root) + [os.path.join(root, n) for n in (*CONSOLE, "trainer_log.jsonl", PRIMARY)]
+    out = []
+    for c in dict.fromkeys(cands):
+        try:
+            later = os.stat(c).st_mtime - mine
+        except OSError:
+            continue
+        if later > 1 and os.path.abspath(c) != os.path.abspath(log):  # (1 s: files written together)
+            out.append(f"{os.path.relpath(c, root)} was written {later:.0f} s after the log read "
+                       f"({os.path.relpath(log, root)}): the run went on past it; its last steps may be there "
+                       f"(rlguard check {c})")
+    return out
