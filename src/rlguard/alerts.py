@@ -77,6 +77,8 @@ class Kind(str, Enum):
     DPO_OVERFIT = "dpo_overfit"
     DPO_NO_LEARNING = "dpo_no_learning"
     REWARD_MISSING = "reward_missing"
+    TRAIN_INFER_MISMATCH = "train_infer_mismatch"
+    IS_SATURATION = "is_saturation"
 
 
 @dataclass(frozen=True, slots=True)

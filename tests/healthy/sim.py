@@ -47,6 +47,8 @@ import numpy as np
 
 from rlguard.sources.base import LogRecord
 
+from modern import modern
+
 FAMILIES = ("grpo", "ppo", "dpo", "sft")
 NOISES = ("gauss", "t3", "tiny_group", "ar1", "outliers", "learning_curve", "warmup")
 #: harsher models the bench can ask for by name (``--noise t2``), outside the suite's sample
@@ -72,10 +74,12 @@ class RunSpec:
     def records(self) -> int:
         return max(1, self.steps // self.interval)
 
+    def key(self) -> list[int]:
+        return [self.seed, FAMILIES.index(self.family), (NOISES + EXTRA_NOISES).index(self.noise), self.interval,
+                self.steps]
+
     def rng(self) -> np.random.Generator:
-        key = [self.seed, FAMILIES.index(self.family), (NOISES + EXTRA_NOISES).index(self.noise), self.interval,
-               self.steps]
-        return np.random.default_rng(np.random.SeedSequence(key))
+        return np.random.default_rng(np.random.SeedSequence(self.key()))
 
 
 class Noise:
@@ -371,6 +375,8 @@ def simulate(spec: RunSpec) -> list[LogRecord]:
         m, evals = sft(rng, n, noise)
     else:
         m = {"grpo": grpo, "ppo": ppo, "dpo": dpo}[spec.family](rng, n, noise)
+    # issue 48's metrics, from a generator of their own: the metrics above are drawn as before
+    m.update(modern(spec.family, spec.key(), n, Noise, spec.noise))
     mean = spec.family != "ppo"  # verl logs each step's own values
     every = L * max(1, spec.records // int(rng.integers(8, 40))) if evals is not None else 0
     out = []

@@ -1,0 +1,98 @@
+"""Healthy twins of issue 48's failures: the metrics trainers log today for the train/inference
+gap and the importance weights, as a healthy run logs them (numpy only, seeded).
+
+Drawn from a generator of their own (the run's seed key plus a tag), so adding them changes no
+number of the metrics :mod:`sim` drew before: every earlier rule sees the same runs.
+
+What a naive rule flags and these runs do, on purpose:
+
+- the log-prob / probability gap between the rollout engine and the trainer is flat at the
+  run's own level (kernels and precision set it, not training progress), and about 1% of steps
+  start an excursion of 3-10x that lasts 1-3 steps and comes back (a batch of long or odd
+  completions);
+- NeMo-RL's ``token_mult_prob_error`` sits at 1.003-1.02 with excursions to 1.1-1.5;
+- the share of importance weights truncated or masked is a few percent, with stale batches of
+  20-90% for a step or two; the surrogate's clip fraction is verl's 0.002-0.2;
+- asynchronous verl runs train on trajectories 0.5-2 policy versions old.
+
+Which trainer's keys a run logs: a GRPO (TRL) run logs TRL's vLLM importance-sampling keys
+(half of runs: those with ``vllm_importance_sampling_correction``), NeMo-RL's two keys (a
+quarter), or neither; a PPO (verl) run logs verl's rollout-probability keys (half), its
+``actor/pg_clipfrac`` (all) and trajectory staleness (half: the asynchronous ones). What is
+simplified: one level per run (no change of engine or precision mid-run), excursions
+independent of the other metrics.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TAG = 48  # the issue: appended to the run's seed key
+
+
+def rng_for(key: list[int]) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(list(key) + [TAG]))
+
+
+def excursions(rng: np.random.Generator, n: int, lo: float, hi: float, rate: float = 0.01,
+               max_len: int = 3) -> np.ndarray:
+    """A multiplicative factor, 1 except on excursions that start on ``rate`` of the steps, last
+    1-``max_len`` steps and multiply the level by ``lo``-``hi``, then come back."""
+    f = np.ones(n)
+    for s in np.flatnonzero(rng.random(n) < rate).tolist():
+        f[s:s + int(rng.integers(1, max_len + 1))] = rng.uniform(lo, hi)
+    return f
+
+
+def _level(rng, n: int, e: np.ndarray, lo: float, hi: float, rel: float) -> np.ndarray:
+    level = 10 ** rng.uniform(math.log10(lo), math.log10(hi))
+    return level * np.exp(np.clip(rel * e, -2.0, 2.0))
+
+
+def trl_sampling(rng, n: int, noise) -> dict[str, np.ndarray]:
+    diff = _level(rng, n, noise.draw(), 0.003, 0.03, 0.25) * excursions(rng, n, 3.0, 10.0)
+    frac = np.clip(_level(rng, n, noise.draw(), 0.002, 0.03, 0.4)
+                   * excursions(rng, n, 10.0, 30.0, rate=0.005, max_len=2), 0, 0.9)
+    return {"sampling/sampling_logp_difference/mean": diff,
+            "sampling/sampling_logp_difference/max": diff * rng.uniform(50, 200),
+            "sampling/importance_sampling_ratio/min": np.clip(1 - 30 * diff, 0, 1),
+            "sampling/importance_sampling_ratio/mean": 1 + 0.1 * diff * noise.draw(),
+            "sampling/importance_sampling_ratio/max": 1 + 50 * diff,
+            "sampling/frac_modified_importance_sampling_ratio": frac}
+
+
+def nemo_errors(rng, n: int, noise) -> dict[str, np.ndarray]:
+    err = _level(rng, n, noise.draw(), 0.003, 0.02, 0.25) * excursions(rng, n, 5.0, 25.0)
+    kl = _level(rng, n, noise.draw(), 1e-4, 1e-3, 0.3) * excursions(rng, n, 3.0, 10.0)
+    return {"train/token_mult_prob_error": 1.0 + err, "train/gen_kl_error": kl}
+
+
+def verl_rollout(rng, n: int, noise) -> dict[str, np.ndarray]:
+    m = {}
+    if rng.random() < 0.5:
+        diff = _level(rng, n, noise.draw(), 0.0008, 0.004, 0.2) * excursions(rng, n, 3.0, 6.0, max_len=2)
+        m["training/rollout_probs_diff_mean"] = diff
+        m["training/rollout_probs_diff_max"] = np.clip(diff * rng.uniform(100, 300), 0, 1)
+        m["training/rollout_probs_diff_std"] = diff * rng.uniform(2, 5)
+        gap = _level(rng, n, noise.draw(), 1e-4, 5e-3, 0.3) * excursions(rng, n, 3.0, 20.0, max_len=2)
+        m["training/rollout_actor_probs_pearson_corr"] = np.clip(1 - gap, 0.5, 1)
+    m["actor/pg_clipfrac"] = np.clip(_level(rng, n, noise.draw(), 0.002, 0.2, 0.3), 0, 0.45)
+    if rng.random() < 0.5:
+        base = rng.uniform(0.5, 2.0)
+        stale = np.clip(base + 0.3 * noise.draw(), 0, None)
+        m["training/off_policy/trajectory_staleness/mean"] = stale
+        m["training/off_policy/trajectory_staleness/max"] = np.ceil(stale) + rng.integers(0, 2, n)
+    return m
+
+
+def modern(family: str, key: list[int], n: int, noise_cls, model: str) -> dict[str, np.ndarray]:
+    """The issue-48 metrics of one healthy run of ``family`` (``n`` steps), or none."""
+    if family not in ("grpo", "ppo"):
+        return {}
+    rng = rng_for(key)
+    noise = noise_cls(model, rng, n)
+    if family == "ppo":
+        return verl_rollout(rng, n, noise)
+    u = rng.random()
+    return trl_sampling(rng, n, noise) if u < 0.5 else nemo_errors(rng, n, noise) if u < 0.75 else {}
