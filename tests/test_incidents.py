@@ -59,7 +59,7 @@ def test_kl_after_a_gradient_explosion_is_one_incident_caused_by_the_gradient(pa
     inc = stop.alert.incident
     assert inc["started"] == 31
     assert inc["cause"] == {"rule": "T-GRAD-SPIKE", "kind": "grad_explosion", "metric": "grad_norm", "step": 31,
-                            "value": 405.0}
+                            "value": 405.0, "onset": 31}
     assert [(f["kind"], f["rule"], f["step"]) for f in inc["followed"]] == [("kl_high", "T-KL-HIGH", 32),
                                                                            ("kl_high", "T-KL-ABSURD", 33)]
     # the decision speaks for the cause: a stop of kind grad_explosion, the KL as what followed
@@ -74,7 +74,7 @@ def test_kl_after_a_gradient_explosion_is_one_incident_caused_by_the_gradient(pa
     assert "kl_high" in {f["kind"] for f in body["incident"]["followed"]}
     json.dumps(body, allow_nan=False)
     assert incident_line(inc).startswith("incident 1: gradient explosion at step 31") \
-        and incident_line(inc).endswith("3 rules agreed")
+        and incident_line(inc).endswith("3 rules agreed on 2 metrics")
 
 
 def test_a_stronger_alert_of_a_kind_inhibits_the_weaker_ones_but_nothing_is_dropped(pack):
@@ -208,3 +208,98 @@ def test_chunked_and_online_feeding_give_the_same_incidents(pack):
     ids = [(a.rule, a.incident["id"]) for a in online.alerts if a.status == "firing" and a.severity != "info"]
     assert ids[-1] == ("T-REWARD-LOW", 2)  # the reward dip 150 steps after the explosion is its own incident
     assert all(a.incident is None for a in online.alerts if a.severity == "info")
+
+
+ONSET_PACK = """apiVersion: rlguard/v1
+pack: onsets
+version: "1"
+rules:
+  - {id: T-ENTROPY-ZERO, kind: entropy_collapse, severity: warning, action: alert, metric: entropy,
+     detector: threshold, params: {below: 0.01}, for: 1, description: the policy entropy is zero}
+  - {id: T-KL-HIGH-3, kind: kl_high, severity: critical, action: stop, metric: kl,
+     detector: threshold, params: {above: 1.0}, for: 3, description: the KL is above one nat for three records}
+  - {id: T-KL-HIGH-5, kind: kl_high, severity: warning, action: alert, metric: kl,
+     detector: threshold, params: {above: 1.0}, for: 5, description: the KL is above one nat for five records}
+"""
+
+
+def _onset_watchdog(tmp_path):
+    p = tmp_path / "onsets.yaml"
+    p.write_text(ONSET_PACK)
+    return Watchdog(packs=[load_pack(p)], run="r")
+
+
+def test_an_incident_begins_at_its_first_abnormal_record_not_where_a_rule_was_sure(tmp_path):
+    """The KL is above 1 from step 2; a rule that needs 3 records fires at step 4: the incident
+    began at step 2, and a checkpoint of step 2 is inside it (the keep rule asks step < onset)."""
+    from rlguard.keep import checkpoint_to_keep
+
+    wd = _onset_watchdog(tmp_path)
+    decisions = wd.ingest([LogRecord(s, {"kl": 0.01 if s < 2 else 3.0, "entropy": 2.0}, s) for s in range(1, 8)])
+    stop = next(d for d in decisions if d.action is Action.STOP)
+    assert stop.step == 4 and stop.alert.incident["started"] == 2
+    assert stop.alert.incident["cause"]["onset"] == 2 and stop.alert.incident["cause"]["step"] == 4
+    verdict = Verdict.of(decisions)
+    assert verdict.onset == 2
+    keep = checkpoint_to_keep({2: "ckpt-2", 1: "ckpt-1"}, verdict.onset)
+    assert keep.path == "ckpt-1"
+    assert checkpoint_to_keep({2: "ckpt-2"}, verdict.onset).line() == \
+        "checkpoint to keep: none saved before step 2: restart from the initial weights"
+    assert summary(stop.alert.incident).startswith("KL high at step 4 (kl 3), abnormal since step 2")
+    # the 5-record rule of the same streak fires at step 6 and joins the same incident, its onset 2 too
+    later = [a for a in wd.alerts if a.rule == "T-KL-HIGH-5"]
+    assert [(a.step, a.incident["id"], a.incident["started"]) for a in later] == [(6, 1, 2)]
+
+
+def test_alerts_that_began_together_are_one_incident_whatever_rule_was_sure_first(tmp_path):
+    """lr=50 in TRL: entropy 0 and the KL above 1 from step 2; the entropy rule fires at once, the
+    KL rule (3 records) at step 4. The KL is upstream in the causal order, so it could not
+    *follow* the entropy collapse; it began with it, so it shares its cause: one incident, begun
+    at step 2, not a second one begun at step 4."""
+    wd = _onset_watchdog(tmp_path)
+    wd.ingest([LogRecord(s, {"kl": 0.01 if s < 2 else 3.0, "entropy": 2.0 if s < 2 else 0.0}, s)
+               for s in range(1, 9)])
+    firing = {a.rule: a for a in wd.alerts if a.status == "firing"}
+    assert {a.incident["id"] for a in firing.values()} == {1}
+    assert firing["T-KL-HIGH-3"].incident["started"] == 2
+    assert firing["T-KL-HIGH-3"].incident["cause"]["rule"] == "T-KL-HIGH-3"  # began with it, upstream
+    # one whose evidence began first takes the cause over, and the onset with it
+    inc = Incidents()
+    e = _alert("E", "entropy_collapse", 3, metric="entropy")
+    k = _alert("K", "kl_high", 5, metric="kl")
+    inc.assign([(3, e, (3, 3))])
+    inc.assign([(5, k, (2, 2))])
+    assert k.incident["id"] == 1 and k.incident["cause"]["rule"] == "K" and k.incident["started"] == 2
+    assert [f["rule"] for f in k.incident["followed"]] == ["E"]
+    # an upstream alert whose evidence began after the incident's is a new incident, even while
+    # the incident is open (it cannot have caused what began before it)
+    g = _alert("G", "grad_explosion", 6, metric="grad_norm")
+    inc.assign([(6, g, (4, 4))])
+    assert g.incident["id"] == 2
+
+
+def test_one_rule_on_two_metrics_is_not_two_rules_agreeing():
+    from rlguard.incidents import agreement, rules_of
+
+    inc = Incidents()
+    a1 = _alert("R", "reward_variance_collapse", 5, metric="frac_zero_std")
+    a2 = _alert("R", "reward_variance_collapse", 5, metric="reward_std")
+    inc.assign([(5, a1), (5, a2)])
+    assert rules_of(a2.incident) == 1 and agreement(a2.incident) == "R fired on 2 metrics"
+    assert "rules agreed" not in incident_line(a2.incident)
+    b = _alert("S", "reward_variance_collapse", 6, metric="reward_std")
+    inc.assign([(6, b)])
+    assert agreement(b.incident) == "2 rules agreed on 2 metrics"
+
+
+def test_an_onset_survives_a_state_round_trip(tmp_path):
+    """A daemon restarted inside a streak still dates the incident from the streak's first record."""
+    wd = _onset_watchdog(tmp_path)
+    wd.ingest([LogRecord(s, {"kl": 0.01 if s < 2 else 3.0, "entropy": 2.0}, s) for s in range(1, 4)])
+    state = tmp_path / "state.json"
+    wd.save(state)
+    again = _onset_watchdog(tmp_path)
+    again.load(state)
+    decisions = again.ingest([LogRecord(s, {"kl": 3.0, "entropy": 2.0}, s) for s in range(4, 6)])
+    stop = next(d for d in decisions if d.action is Action.STOP)
+    assert stop.alert.incident["started"] == 2

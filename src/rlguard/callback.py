@@ -58,12 +58,15 @@ class RLGuardCallback(TrainerCallback):
     (``default_rules=False``: instead of it).
     ``notifiers``: callables that receive each :class:`~rlguard.alerts.Alert` (rank 0 only).
     ``baselines``: regression baselines per metric, as ``rlguard check --baseline``.
+    ``save``: may rlguard ask the trainer to save (a new best evaluation, a stop no incident
+    caused)? None (the default) follows the run's own settings: never with
+    ``save_strategy="no"``; True or False decides. What it will do is said once, at the start.
     """
 
     def __init__(self, rules: Iterable[str | os.PathLike] | list[RulePack] | None = None,
                  notifiers: Iterable[Callable[[Alert], None]] = (), run: str | None = None,
                  baselines: dict[str, float] | None = None, stop_file: str = STOP_FILE,
-                 default_rules: bool = True) -> None:
+                 default_rules: bool = True, save: bool | None = None) -> None:
         rules = list(rules) if rules is not None else None
         if rules and isinstance(rules[0], RulePack):
             self.packs = (load_packs(None) if default_rules else []) + rules
@@ -73,6 +76,8 @@ class RLGuardCallback(TrainerCallback):
         self.run = run
         self.baselines = dict(baselines or {})
         self.stop_file = stop_file
+        self.save = save
+        self.saves = False  # decided at the start of each train(): see ``save``
         self.guard: InLoopGuard | None = None
         self._last: tuple | None = None
         self._out: Path | None = None
@@ -105,6 +110,9 @@ class RLGuardCallback(TrainerCallback):
             self.guard.watchdog.load(ckpt)
             self.guard.saved(state.global_step, ckpt.parent)
         self.guard.begin(state.global_step)  # a new incarnation: an earlier run's stop request is archived
+        self.saves = self.save if self.save is not None else _strategy(args) != "no"
+        if state.is_world_process_zero:
+            logger.warning("rlguard: %s", saving_line(self.saves, self.save, self._out))
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -119,7 +127,7 @@ class RLGuardCallback(TrainerCallback):
         verdict = self.guard.poll(state.global_step)  # rank 0 looks; every rank agrees
         if verdict.stop and self.guard.main:
             self._stopping(state, verdict)
-        return _apply(control, verdict)
+        return _apply(control, verdict, self.saves)
 
     def on_train_end(self, args, state, control, **kwargs):
         """One line saying rlguard watched, and what it found (rank 0)."""
@@ -159,28 +167,44 @@ class RLGuardCallback(TrainerCallback):
         verdict = self.guard.observe(state.global_step, metrics)
         if verdict.stop and self.guard.main:
             self._stopping(state, verdict)
-        return _apply(control, verdict)
+        return _apply(control, verdict, self.saves)
 
     def _stopping(self, state, verdict: Verdict) -> None:
         """The stop record, and one line on the console saying why and what to keep."""
         step = state.global_step
-        saving_now = (step, str(self._out / f"checkpoint-{step}")) if verdict.checkpoint else None
+        saving_now = (step, str(self._out / f"checkpoint-{step}")) if verdict.checkpoint and self.saves else None
         keep = self.guard.stop(verdict, saving_now)  # transformers saves that one right after this event
         self.trackers.stop(step, verdict.reason, keep.path)
         began = f"; the incident began at step {verdict.onset}" if verdict.onset is not None else ""
-        logger.warning("rlguard: stopping the run at step %d: %s [%s, rule %s]%s; %s",
-                       step, verdict.reason, verdict.kind, verdict.rule or "-", began, keep.line())
+        logger.warning("rlguard: stopping the run at step %d: %s [%s]%s; %s",
+                       step, verdict.reason, verdict.rule_words(), began, keep.line())
         if verdict.incident:
             logger.warning("rlguard: %s", incident_line(verdict.incident))
 
 
-def _apply(control, verdict: Verdict):
+def _apply(control, verdict: Verdict, saves: bool):
     checkpoint, stop = verdict.flags()
-    if checkpoint:
+    if checkpoint and saves:
         control.should_save = True
     if stop:
         control.should_training_stop = True
     return control
+
+
+def _strategy(args) -> str:
+    """``args.save_strategy`` as its value ("no", "steps", "epoch", "best")."""
+    strategy = getattr(args, "save_strategy", "steps")
+    return str(getattr(strategy, "value", strategy))
+
+
+def saving_line(saves: bool, asked: bool | None, out: Path) -> str:
+    """What rlguard will save, said once at the start of a run."""
+    if saves:
+        return (f"besides the run's own saves, rlguard will save {out}/checkpoint-<step> at each new best "
+                "evaluation and at a stop no incident caused (RLGuardCallback(save=False): never)")
+    why = "RLGuardCallback(save=False)" if asked is False else 'save_strategy="no"'
+    return (f"will save nothing ({why}); a stop names a checkpoint to keep only among those the run "
+            "saved" + ("" if asked is False else " (RLGuardCallback(save=True): save at new bests and stops)"))
 
 
 def _protect(args, state, keep: Keep) -> None:

@@ -31,6 +31,8 @@ class Event:
     message: str
     ref_step: int | None = None  # the detector's reference step (the best, for ref_is_best ones)
     value: float | None = None  # what the detector judged (a median, a level), not the raw sample
+    #: (step, seq) of the streak's first triggered record: where the evidence for a firing began
+    onset: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -43,6 +45,7 @@ class RuleInstance:
     cool: int = 0
     samples: int = 0
     anchor: int | None = None  # step of the record before the current streak
+    onset: tuple[int, int] | None = None  # (step, seq) of the current streak's first triggered record
     last_step: int | None = None  # step of the latest judged record
     last_seen: int | None = None  # step of the latest record, judged or not
     feed: Feed | None = field(default=None, init=False, repr=False)  # lends the detector its tail
@@ -204,9 +207,9 @@ class RuleInstance:
         seen_before = -1 if self.last_seen is None else self.last_seen
         if n:
             self.last_seen = int(col.steps[-1])
-        return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps, seen_before)
+        return self._life_cycle(verdict, values, stat, ref, ref_step, level, col.steps, col.seq, seen_before)
 
-    def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps, seen_before: int) -> list[Event]:
+    def _life_cycle(self, verdict, values, stat, ref, ref_step, level, steps, seqs, seen_before: int) -> list[Event]:
         if not (self.firing or self.run or self.cool) and len(verdict) <= _SMALL:
             # fast path for the daemon's small chunks: nothing pending, nothing triggered
             vl = verdict.tolist()
@@ -248,6 +251,7 @@ class RuleInstance:
                     # a new streak, or records without an opinion broke this one: steps are
                     # covered from the record just before (records still count for ``for``)
                     self.anchor = int(prev[j]) if prev[j] >= 0 else _run_start(step)
+                    self.onset = (step, int(seqs[j]))
                 self.run += 1
                 covered = step - self.anchor if self.anchor is not None else 0
                 enough = self.run >= r.for_ or (r.for_steps is not None and self.run >= r.for_min
@@ -259,7 +263,7 @@ class RuleInstance:
                     if self.run > 1:  # a resumed log goes back in steps: no span then
                         msg += f" [{self.run} records in a row" + (f", {covered} steps]" if covered > 0 else "]")
                     events.append(Event(j, True, msg, int(ref_step[j]) if ref_step[j] >= 0 else None,
-                                        float(level[j])))
+                                        float(level[j]), self.onset))
             else:
                 self.run = 0
                 if self.firing:
@@ -272,7 +276,7 @@ class RuleInstance:
         return events
 
     def state_dict(self) -> list:
-        """``[run, firing, cool, samples, anchor, last_step, last_seen, kept, detector]``: a list
+        """``[run, firing, cool, samples, anchor, last_step, last_seen, kept, detector, onset]``: a list
         (a run's ~57 instances are saved after each evaluation, and the keys of a dict were
         three quarters of their bytes). ``kept`` is None where the detector keeps its own tail."""
         det = self.detector.state_dict()
@@ -280,7 +284,8 @@ class RuleInstance:
             for attr in self.detector.lent:
                 det.pop(attr, None)
         return [self.run, self.firing, self.cool, self.samples, self.anchor, self.last_step, self.last_seen,
-                self.kept if self.feed is not None else None, det]
+                self.kept if self.feed is not None else None, det,
+                list(self.onset) if self.onset is not None else None]
 
     def load_state_dict(self, s: list | dict) -> None:
         """Load after :meth:`borrow_from` and after the feeds' own state. A dict is a state saved
@@ -288,7 +293,9 @@ class RuleInstance:
         if isinstance(s, dict):
             s = [s["run"], s["firing"], s["cool"], s["samples"], s.get("anchor"), s.get("last_step"),
                  s.get("last_seen"), None, s.get("detector", {})]
-        run, firing, cool, samples, self.anchor, self.last_step, self.last_seen, kept, det = s
+        run, firing, cool, samples, self.anchor, self.last_step, self.last_seen, kept, det = s[:9]
+        onset = s[9] if len(s) > 9 else None  # (a state saved before onsets: none known)
+        self.onset = (int(onset[0]), int(onset[1])) if onset else None
         self.run, self.firing, self.cool, self.samples = int(run), bool(firing), int(cool), int(samples)
         self.detector.load_state_dict(det)
         if self.feed is None:

@@ -13,19 +13,27 @@ so per run, online, as alerts arrive (online and replay see the same incidents):
   (5) or :data:`GAP_STEPS` training steps (20), whichever is wider, so "close together"
   means the same whether a trainer logs every step or every 50. A step is dated by the
   record that fired the alert.
-- It joins only if its kind can follow the incident's cause (:data:`CAUSAL_ORDER`: a KL
-  blow-up can follow a gradient explosion, not the reverse), so a long-standing warning does
-  not swallow an unrelated fault that comes later. Otherwise it opens a new incident.
-- The cause is the incident's earliest anomaly: its first alert, or, among alerts of that same
-  step, the one first in :data:`CAUSAL_ORDER`. Every other rule that fired is listed in
-  ``followed`` (once per rule and metric, in order of arrival).
+- It joins only if it shares the incident's cause: its kind can follow the cause's
+  (:data:`CAUSAL_ORDER`: a KL blow-up can follow a gradient explosion, not the reverse), or its
+  own evidence began no later than the incident's (the two began together, whichever rule
+  needed more records to be sure). So a long-standing warning does not swallow an unrelated
+  fault that comes later: that opens a new incident.
+- An incident's **onset** (``started``) is its first abnormal record: the earliest record of
+  the evidence its alerts hold (the streak of triggered records that made each rule fire,
+  :attr:`rlguard.engine.Event.onset`), not the record where a rule was first sure. The cause
+  is the alert whose evidence began first (among those that began together, the one first in
+  :data:`CAUSAL_ORDER`). Every other rule that fired is listed in ``followed`` (once per rule
+  and metric, in order of arrival). The checkpoint to keep precedes the onset
+  (:mod:`rlguard.keep`).
 - Within one kind, an alert is *inhibited* when a rule of the same incident and kind already
   fires at least as strongly (severity, then action): notifiers may skip it; it is still in
   every record (``check --format json``, ``decisions.jsonl``).
 
 Each alert carries a snapshot of its incident as the record that fired it left it (what a live
-run knew then: all that fired in that record, nothing later) in :attr:`Alert.incident`: ``{"id", "started", "cause": {"rule", "kind", "metric",
-"step", "value"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited"}``.
+run knew then: all that fired in that record, nothing later) in :attr:`Alert.incident`:
+``{"id", "started", "cause": {"rule", "kind", "metric", "step", "value", "onset"}, "followed":
+[{"kind", "rule", "metric", "step", "value"}], "inhibited"}``; ``started`` is the onset, the
+cause's ``step`` where its rule fired and ``onset`` where its evidence began.
 """
 from __future__ import annotations
 
@@ -80,30 +88,38 @@ def _entry(a: Alert, keys: tuple[str, ...]) -> dict[str, Any]:
 
 _CAUSE = ("rule", "kind", "metric", "step", "value")
 _FOLLOWED = ("kind", "rule", "metric", "step", "value")
+Onset = tuple[int, int]  # (step, seq) of the first record of an alert's evidence
 
 
 @dataclass
 class Incident:
     id: int
-    cause: dict[str, Any]
+    cause: dict[str, Any]  # _CAUSE's keys and "onset" (the step its evidence began)
     last_seq: int
     last_step: int
     followed: list[dict[str, Any]] = field(default_factory=list)
     #: rule instances ("rule|metric") of this incident firing now -> [kind, severity rank, action rank]
     firing: dict[str, list] = field(default_factory=dict)
+    onset_seq: int | None = None  # the record number of the onset (None: a state saved before onsets)
 
     @property
     def started(self) -> int:
-        return int(self.cause["step"])
+        """The onset: the first abnormal record of the evidence its alerts hold."""
+        return int(self.cause.get("onset", self.cause["step"]))
 
     def near(self, seq: int, step: int) -> bool:
         """Open, or within the gap after its latest alert or resolution."""
         return bool(self.firing) or seq - self.last_seq <= GAP_RECORDS or 0 <= step - self.last_step <= GAP_STEPS
 
-    def accepts(self, a: Alert, seq: int) -> bool:
-        same_step_upstream = a.step == self.started and causal_rank(a.kind) < causal_rank(self.cause["kind"])
-        return self.near(seq, a.step) and (same_step_upstream
-                                           or causal_rank(a.kind) >= causal_rank(self.cause["kind"]))
+    def accepts(self, a: Alert, seq: int, onset: Onset) -> bool:
+        """``a`` (its evidence began at ``onset``) shares this incident's cause (see the module doc)."""
+        if not self.near(seq, a.step):
+            return False
+        return causal_rank(a.kind) >= causal_rank(self.cause["kind"]) or onset[0] <= self.started
+
+    def earlier(self, a: Alert, onset: Onset) -> bool:
+        """Did ``a``'s evidence begin before the cause's (or with it, upstream of it)?"""
+        return (onset[0], causal_rank(a.kind)) < (self.started, causal_rank(self.cause["kind"]))
 
     def snapshot(self, inhibited: bool) -> dict[str, Any]:
         return {"id": self.id, "started": self.started, "cause": dict(self.cause),
@@ -111,7 +127,7 @@ class Incident:
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "cause": self.cause, "last_seq": self.last_seq, "last_step": self.last_step,
-                "followed": self.followed, "firing": self.firing}
+                "followed": self.followed, "firing": self.firing, "onset_seq": self.onset_seq}
 
 
 class Incidents:
@@ -121,24 +137,27 @@ class Incidents:
         self.active: list[Incident] = []  # open, or recent enough to be joined
         self.next_id = 1
 
-    def assign(self, alerts: Iterable[tuple[int, Alert]]) -> None:
+    def assign(self, alerts: Iterable[tuple[int, Alert] | tuple[int, Alert, Onset | None]]) -> None:
         """Give each firing warning/critical alert its incident (``alert.incident``). ``alerts``:
-        (sequence number of the record that fired it, alert) in arrival order. Alerts of one
-        record are taken upstream kind first, so a record's cause is the same whatever the
-        order its rules were evaluated in, and each sees its incident as the whole record left
-        it (a stop of the record lists all that fired with it)."""
+        (sequence number of the record that fired it, alert[, onset]) in arrival order; ``onset``
+        (step, seq) is where the alert's evidence began (None or absent: the record that fired
+        it). Alerts of one record are taken upstream kind first, so a record's cause is the same
+        whatever the order its rules were evaluated in, and each sees its incident as the whole
+        record left it (a stop of the record lists all that fired with it)."""
         record: list[tuple[Alert, Incident, bool]] = []
         last = None
-        for seq, a in sorted(alerts, key=lambda t: (t[0], causal_rank(t[1].kind))):
+        for item in sorted(alerts, key=lambda t: (t[0], causal_rank(t[1].kind))):
+            seq, a = item[0], item[1]
+            onset = item[2] if len(item) > 2 and item[2] is not None else (a.step, seq)
             if seq != last:
                 _settle(record)
                 last = seq
-            placed = self._one(seq, a)
+            placed = self._one(seq, a, onset)
             if placed is not None:
                 record.append((a, *placed))
         _settle(record)
 
-    def _one(self, seq: int, a: Alert) -> tuple[Incident, bool] | None:
+    def _one(self, seq: int, a: Alert, onset: Onset) -> tuple[Incident, bool] | None:
         key = f"{a.rule}|{a.metric}"
         if a.status == "resolved":
             for inc in self.active:
@@ -148,20 +167,20 @@ class Incidents:
         if a.severity not in (Severity.WARNING.value, Severity.CRITICAL.value):
             return None
         self.active = [inc for inc in self.active if inc.near(seq, a.step)]
-        joinable = [inc for inc in self.active if inc.accepts(a, seq)]
+        joinable = [inc for inc in self.active if inc.accepts(a, seq, onset)]
         if joinable:
             inc = max(joinable, key=lambda i: (i.last_seq, i.id))
-            if a.step == inc.started and causal_rank(a.kind) < causal_rank(inc.cause["kind"]):
+            if inc.earlier(a, onset):
                 old = inc.cause
                 inc.followed = [{k: old[k] for k in _FOLLOWED}] + [
                     f for f in inc.followed if (f["rule"], f["metric"]) != (a.rule, a.metric)]
-                inc.cause = _entry(a, _CAUSE)
+                inc.cause, inc.onset_seq = _cause(a, onset), onset[1]
             elif not any(f["rule"] == a.rule and f["metric"] == a.metric for f in inc.followed) \
                     and not (inc.cause["rule"] == a.rule and inc.cause["metric"] == a.metric) \
                     and len(inc.followed) < MAX_FOLLOWED:
                 inc.followed.append(_entry(a, _FOLLOWED))
         else:
-            inc = Incident(self.next_id, _entry(a, _CAUSE), seq, a.step)
+            inc = Incident(self.next_id, _cause(a, onset), seq, a.step, onset_seq=onset[1])
             self.next_id += 1
             self.active.append(inc)
         mine = _strength(a)
@@ -180,6 +199,10 @@ class Incidents:
         self.active = [Incident(**d) for d in s["active"]]
 
 
+def _cause(a: Alert, onset: Onset) -> dict[str, Any]:
+    return {**_entry(a, _CAUSE), "onset": min(onset[0], a.step)}
+
+
 def _settle(record: list[tuple[Alert, Incident, bool]]) -> None:
     """The alerts of one record get their incidents as the record left them; the list empties."""
     for a, inc, inhibited in record:
@@ -189,9 +212,14 @@ def _settle(record: list[tuple[Alert, Incident, bool]]) -> None:
 
 def summary(incident: dict[str, Any]) -> str:
     """One line: "gradient explosion at step 31 (grad_norm 405); KL high at step 32 (kl 3.9e+04)
-    followed" (each kind that followed once, at its first alert)."""
+    followed" (each kind that followed once, at its first alert); a cause whose evidence began
+    before the record that fired it says where: "KL high at step 4 (kl 5.83), abnormal since
+    step 2"."""
     c = incident["cause"]
     text = f"{kind_words(c['kind'])} at step {c['step']} ({c['metric']} {_num(c['value'])})"
+    onset = c.get("onset")
+    if isinstance(onset, int) and onset < c["step"]:
+        text += f", abnormal since step {onset}"
     seen, parts = {c["kind"]}, []
     for f in incident.get("followed") or []:
         if f["kind"] not in seen:
@@ -202,13 +230,27 @@ def summary(incident: dict[str, Any]) -> str:
 
 def incident_line(incident: dict[str, Any]) -> str:
     """"incident 1: <summary>; 8 rules agreed": what a console prints at a stop."""
-    n = rules_of(incident)
-    return f"incident {incident['id']}: {summary(incident)}" + (f"; {n} rules agreed" if n > 1 else "")
+    agreed = agreement(incident)
+    return f"incident {incident['id']}: {summary(incident)}" + (f"; {agreed}" if agreed else "")
 
 
 def rules_of(incident: dict[str, Any]) -> int:
-    """How many rules (and metrics) agreed: the cause's and every one that followed."""
-    return 1 + len(incident.get("followed") or [])
+    """How many distinct rules agreed: the cause's and every one that followed (one rule on
+    two metrics is one rule)."""
+    return len({incident["cause"]["rule"], *(f["rule"] for f in incident.get("followed") or [])})
+
+
+def agreement(incident: dict[str, Any]) -> str:
+    """"3 rules agreed", "3 rules agreed on 2 metrics", "RLG-X fired on 2 metrics", or "" for
+    one rule on one metric: what agreed, counted as it is."""
+    members = [incident["cause"], *(incident.get("followed") or [])]
+    rules = {m["rule"] for m in members}
+    metrics = {m["metric"] for m in members}
+    if len(rules) > 1:
+        return f"{len(rules)} rules agreed" + (f" on {len(metrics)} metrics" if len(metrics) > 1 else "")
+    if len(metrics) > 1:
+        return f"{incident['cause']['rule']} fired on {len(metrics)} metrics"
+    return ""
 
 
 def in_incident(alert: Alert) -> tuple[str, str] | None:

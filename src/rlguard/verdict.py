@@ -63,6 +63,15 @@ class Verdict:
     keep_step: int | None = None  # the best evaluation's step, a hint for the checkpoint to keep
     onset: int | None = None
     incident: dict | None = None  # the stopping alert's incident (cause, what followed)
+    rule_kind: str = ""  # the kind of ``rule`` itself (``kind`` is its incident's cause's)
+
+    def rule_words(self) -> str:
+        """"kl_high, rule RLG-KL-HIGH", or, where the rule that decided is not the incident's
+        cause: "kl_high; decided by rule RLG-ALL-GROUPS-ZERO-STD (reward_variance_collapse)":
+        a kind is never paired with another kind's rule."""
+        if self.rule_kind and self.rule_kind != self.kind:
+            return f"{self.kind}; decided by rule {self.rule or '-'} ({self.rule_kind})"
+        return f"{self.kind}, rule {self.rule or '-'}"
 
     @property
     def stop(self) -> bool:
@@ -88,11 +97,12 @@ class Verdict:
             if d.action is Action.STOP:
                 a = d.alert
                 return cls("stop", d.step, d.kind, a.rule if a else "", d.reason, a.checkpoint_step if a else None,
-                           onset_of(a) if a else None, _incident(a.incident) if a else None)
+                           onset_of(a) if a else None, _incident(a.incident) if a else None,
+                           a.kind if a else "")
             if d.action is Action.CHECKPOINT and first_ckpt is None:
                 a = d.alert
                 first_ckpt = cls("checkpoint", d.step, d.kind, a.rule if a else "", d.reason, None,
-                                 onset_of(a) if a else None)
+                                 onset_of(a) if a else None, rule_kind=a.kind if a else "")
         return first_ckpt or cls()
 
     @classmethod

@@ -101,7 +101,7 @@ class Watchdog:
             self.first_step = int(min(int(c.steps[0]) for c in cols.values()))
         pending: list[tuple[int, int, Decision]] = []
         self._chunk_series = {}  # guards' and companions' series for this chunk, built once
-        new_alerts: list[tuple[int, int, Alert, str | None]] = []
+        new_alerts: list[tuple[int, int, Alert, str | None, tuple[int, int] | None]] = []
         for name, col in cols.items():
             self._latest[name] = (float(col.values[-1]), int(col.steps[-1]))
         for name in few.WATCHED.intersection(cols):
@@ -121,11 +121,11 @@ class Watchdog:
             self._finite_seen.update(n for n, c in cols.items()
                                      if n not in self._finite_seen and np.isfinite(c.values).any())
         new_alerts.sort(key=lambda t: (t[0], t[1]))  # arrival order, as a live run sees them
-        self.incidents.assign((seq, a) for seq, _, a, _ in new_alerts)
-        for _, _, a, best_of in new_alerts:
+        self.incidents.assign((seq, a, onset) for seq, _, a, _, onset in new_alerts)
+        for _, _, a, best_of, _ in new_alerts:
             say_keep(a, best_of)
-        self.alerts.extend(a for _, _, a, _ in new_alerts)
-        self._last.update((self.plan.key(a.rule, a.metric), a) for _, _, a, _ in new_alerts)
+        self.alerts.extend(a for _, _, a, _, _ in new_alerts)
+        self._last.update((self.plan.key(a.rule, a.metric), a) for _, _, a, _, _ in new_alerts)
         self._chunk_series = {}
         for name in self.plan.needed.intersection(cols):
             self.recent.setdefault(name, Recent()).extend(cols[name])
@@ -176,7 +176,7 @@ class Watchdog:
                 alert, best_of = make_alert(self.run, rule, name, col, ev, inst.detector.ref_is_best, self.best)
                 if unchecked is not None and ev.firing:
                     degrade(alert, [m for m, miss in unchecked if miss[ev.index]])
-                new_alerts.append((int(col.seq[ev.index]), plan.order[rule.id], alert, best_of))
+                new_alerts.append((int(col.seq[ev.index]), plan.order[rule.id], alert, best_of, ev.onset))
                 if ev.firing:
                     d = Decision(Action(alert.action), alert.step, alert.message, alert, rule.kind)
                     pending.append((int(col.seq[ev.index]), 1 + plan.order[rule.id], d))

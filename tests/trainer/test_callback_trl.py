@@ -158,8 +158,9 @@ def test_a_stop_request_for_this_run_is_obeyed_and_one_left_by_an_earlier_run_is
             write_stop_request(out, {"reason": "daemon saw a stall", "incarnation": live})
         return echo(prompts, completions, **kw)
 
-    with caplog.at_level("WARNING", logger="rlguard"):
-        trainer = grpo(tiny, out, echo_then_request, 20, learning_rate=5e-4)
+    with caplog.at_level("WARNING", logger="rlguard"):  # saving allowed (no step reaches the schedule)
+        trainer = grpo(tiny, out, echo_then_request, 20, learning_rate=5e-4, save_strategy="steps", save_steps=1000)
+    assert "rlguard will save" in caplog.text and str(out) in caplog.text  # said once, at the start
     stop = json.loads((out / "rlguard" / "stop.json").read_text())
     assert stop["kind"] == "external" and "daemon saw a stall" in stop["reason"]
     assert trainer.state.global_step == stop["step"] == 2 and stop["onset"] is None
@@ -168,3 +169,50 @@ def test_a_stop_request_for_this_run_is_obeyed_and_one_left_by_an_earlier_run_is
     assert [a["outcome"] for a in incarnation.archived(out)] == ["stale", "honoured"]
     assert "left by an earlier run" in caplog.text
     assert incarnation.current(out)["ended_step"] == 2 and incarnation.current(out)["stopped"] is True
+
+
+def test_with_save_strategy_no_rlguard_saves_nothing_and_says_so(tiny, tmp_path, caplog):
+    """The user's saving settings hold: a stop no incident caused would save the state it stops
+    at, but with save_strategy="no" nothing is saved, the stop names no checkpoint, and the start
+    of the run said what rlguard would (not) save."""
+    from rlguard import incarnation
+    from rlguard.stopfile import write_stop_request
+
+    out = tmp_path / "nosave"
+    calls = []
+
+    def echo_then_request(prompts, completions, **kw):
+        calls.append(1)
+        if len(calls) == 2:
+            write_stop_request(out, {"reason": "a person stopped it", "incarnation": incarnation.current(out)["id"]})
+        return echo(prompts, completions, **kw)
+
+    with caplog.at_level("WARNING", logger="rlguard"):
+        trainer = grpo(tiny, out, echo_then_request, 20, learning_rate=5e-4, save_strategy="no")
+    stop = json.loads((out / "rlguard" / "stop.json").read_text())
+    assert trainer.state.global_step == stop["step"] == 2 and stop["kind"] == "external"
+    assert checkpoints(out) == [] and stop["checkpoint"] is None and stop["keep_step"] is None
+    (said,) = [r.getMessage() for r in caplog.records if "will save" in r.getMessage()]
+    assert 'will save nothing (save_strategy="no")' in said
+
+
+def test_a_collapse_from_step_2_is_one_incident_begun_at_step_2_and_keeps_nothing_inside_it(tiny, tmp_path, caplog):
+    """TRL GRPO at learning rate 50 (the issue's journey): entropy 0 and the KL far above 1 from
+    the second record. The incident begins at the first abnormal record (not where a rule was
+    sure), every alert is in that one incident, and every line that names a checkpoint to keep,
+    while the run goes and at its stop, names the same one, which precedes the onset."""
+    out = tmp_path / "lr50"
+    with caplog.at_level("WARNING", logger="rlguard"):
+        trainer = grpo(tiny, out, echo, 12, learning_rate=50.0, beta=0.04, save_strategy="steps", save_steps=2)
+    history = [h for h in trainer.state.log_history if "kl" in h]
+    first_high = min(h["step"] for h in history if h["kl"] > 1.0)  # the first abnormal record
+    stop = json.loads((out / "rlguard" / "stop.json").read_text())
+    assert stop["onset"] == stop["incident"]["started"] == first_high < stop["step"]
+    decisions = [d for d in read_jsonl(out / "rlguard" / "decisions.jsonl") if d["severity"] != "info"]
+    assert {d["incident"]["id"] for d in decisions} == {1}  # one incident, not split in two
+    assert stop["keep_step"] is None or stop["keep_step"] < stop["onset"]
+    named = {m.split("checkpoint to keep: ", 1)[1] for m in (r.getMessage() for r in caplog.records)
+             if "checkpoint to keep: " in m}
+    assert len(named) == 1, named  # the early warning and the stop tell one story
+    if stop["keep_step"] is None:
+        assert named == {f"none saved before step {first_high}: restart from the initial weights"}

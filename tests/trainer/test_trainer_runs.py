@@ -67,6 +67,11 @@ def test_injected_fault_is_stopped_with_its_kind(fault, tmp_path):
     assert rows[-1]["step"] == stop["step"]  # nothing ran after the stop
     # the checkpoint to keep precedes the incident, and rlguard saved none inside it
     assert stop["onset"] is not None and stop["onset"] <= stop["step"]
+    # the onset is the incident's first abnormal record: where its cause's evidence began, at or
+    # before the record its rule fired on, and no alert of the incident fired before it
+    inc = stop["incident"]
+    assert stop["onset"] == inc["started"] == inc["cause"]["onset"] <= inc["cause"]["step"]
+    assert all(f["step"] >= stop["onset"] for f in inc["followed"])
     saved = sorted(int(p.name[5:]) for p in (out / "checkpoints").glob("step-*"))
     bests = {d["step"] for d in read_jsonl(out / "rlguard" / "decisions.jsonl") if d["kind"] == "new_best"}
     assert all(s < stop["onset"] or s in bests for s in saved), (saved, stop)
