@@ -125,6 +125,8 @@ class Chunked:
     summaries: int = 0  # end-of-training summary records skipped
     duplicates: int = 0  # records identical to the one before (two ranks, a re-read)
     last: LogRecord | None = None  # last record kept, for duplicate checks across chunks
+    steps: int = 0  # new logged steps: records whose step differs from the record's before (an evaluation
+    #               logged apart at a training step is the same step)
 
 
 def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogRecord | None = None,
@@ -151,7 +153,7 @@ def columnize(records: list[LogRecord], naming: Naming, seq0: int, prev: LogReco
     keys: set[str] = set()
     groups = {block.keys: list(range(n))} if block is not None else _group_by_keys(records)
     quanta = _quanta(records) if block is None else {}
-    out = Chunked({}, duplicates=len(drop))
+    out = Chunked({}, duplicates=len(drop), steps=_new_steps(steps_all, prev))
     for kt in list(groups):
         if not kt or (summary_markers and not summary_markers.isdisjoint(kt)):
             if kt:
@@ -250,6 +252,13 @@ def _resolve_nulls(idx: np.ndarray, vals: np.ndarray,
     vals = vals.copy()
     vals[null] = np.nan  # a plain NaN from here on (only the dense ones are kept)
     return idx[keep], vals[keep]
+
+
+def _new_steps(steps: np.ndarray, prev: LogRecord | None) -> int:
+    """Records whose step differs from the one before (``prev``: the last of the chunk before)."""
+    if not len(steps):
+        return 0
+    return int(np.count_nonzero(steps[1:] != steps[:-1])) + int(prev is None or int(steps[0]) != prev.step)
 
 
 def _duplicates(records: list[LogRecord], steps: np.ndarray, prev: LogRecord | None) -> set[int]:

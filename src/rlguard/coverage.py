@@ -1,8 +1,10 @@
 """What a run gave rlguard to watch, said the same way by every integration (the callback,
 the bundled trainer, ``rlguard check``): how many rules had something to watch, and every
-metric key the run logged, counted and listed alike. Keys are the names as logged (``*/beta``
-is an alias *pattern*; the keys it matched are listed, never the pattern); the ones read under
-their own names (no alias maps them) are listed apart, since a rule's misspelt metric hides there."""
+metric key the run logged, counted and listed alike. A key read under rlguard's name is listed
+by that name, the one its alerts use, with the key as logged in brackets (``kl_coef [beta]``;
+``*/beta`` is an alias *pattern*: the keys it matched are listed, never the pattern); the ones
+read under their own names (no alias maps them) are listed apart, since a rule's misspelt metric
+hides there. Steps are counted, not records: an evaluation logged apart at a step is that step."""
 from __future__ import annotations
 
 from typing import Any
@@ -26,6 +28,21 @@ def present(cov: dict[str, Any]) -> str:
     return text
 
 
+def named(naming, keys: list[str]) -> list[str]:
+    """Each key by the name its alerts use, the key as logged in brackets where it differs
+    (``kl_coef [beta]``, ``val_reward [eval_reward]``, ``kl``). ``naming``: the run's
+    :class:`~rlguard.columns.Naming`."""
+    chosen = {src: canon for canon, src in naming.source.items()}  # a restored state knows these
+    out = []
+    for key in keys:
+        try:
+            name = chosen.get(key) or naming.name(key)
+        except KeyError:
+            name = key
+        out.append(key if name in (None, key) else f"{name} [{key}]")
+    return out
+
+
 def summary_lines(wd) -> list[str]:
     """The end-of-run lines: rules that watched, the metric keys counted and listed, rules
     with nothing to watch. ``wd``: a :class:`~rlguard.watchdog.Watchdog`."""
@@ -33,8 +50,8 @@ def summary_lines(wd) -> list[str]:
     mapped, unmapped = cov["raw"], cov["unmapped"]
     watching = cov["rules"] - len(cov["idle"])
     lines = [f"{watching} of {cov['rules']} rules watched {len(mapped) + len(unmapped)} logged metrics over "
-             f"{wd.seq - wd.summaries - wd.duplicates} logged steps",
-             f"{len(mapped)} metric(s) read under rlguard's names: {listing(mapped)}"]
+             f"{wd.steps} logged steps",
+             f"{len(mapped)} metric(s) read under rlguard's names: {listing(named(wd.naming, mapped))}"]
     if unmapped:
         lines.append(f"{len(unmapped)} logged metric(s) under their own names (no alias maps them, or another key "
                      f"had the name; only rules on '*' read them, a misspelt rule metric hides here): "

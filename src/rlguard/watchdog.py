@@ -63,6 +63,7 @@ class Watchdog:
         self.first_step: int | None = None
         self.duplicates = 0
         self.summaries = 0
+        self.steps = 0  # logged steps, not records: a step's evaluation logged apart is the same step
         self.alerts: list[Alert] = []  # every firing and resolution, in order (the daemon keeps the latest 1,000)
         self._last: dict[str, Alert] = {}  # rule|metric -> its latest alert: firing() without a pass over them all
         self.stop_decision: Decision | None = None
@@ -93,6 +94,7 @@ class Watchdog:
         self.seq += len(recs)
         self.summaries += chunk.summaries
         self.duplicates += chunk.duplicates
+        self.steps += chunk.steps
         self._prev = chunk.last
         cols = chunk.columns
         if not cols:
@@ -317,6 +319,7 @@ class Watchdog:
         return {
             "version": STATE_VERSION, "run": self.run, "seq": self.seq, "first_step": self.first_step,
             "sources": self.naming.source, "duplicates": self.duplicates, "summaries": self.summaries,
+            "steps": self.steps,
             "instances": {k: i.state_dict() for k, i in self.instances.items()},
             "recent": {k: r.to_dict(arrays) for k, r in self.recent.items()},
             "best": None if self.best is None else {**vars(self.best), "history": list(self.best.history)},
@@ -337,6 +340,8 @@ class Watchdog:
             self.seq, self.first_step = int(s["seq"]), s["first_step"]
             self.naming.source.update(s["sources"])
             self.duplicates, self.summaries = int(s["duplicates"]), int(s["summaries"])
+            # (a state saved before steps were counted: its records, the count it said then)
+            self.steps = int(s.get("steps", self.seq - self.duplicates - self.summaries))
             self.feeds.load_state_dict(s.get("feeds") or {})  # (none before version 3: adopted)
             for key, st in s["instances"].items():
                 rule_id, metric = key.split("|", 1)

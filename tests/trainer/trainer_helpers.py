@@ -26,5 +26,7 @@ def watched_keys(text: str) -> tuple[int, set[str], set[str]]:
     count = int(re.search(r"rules watched (\d+) logged metrics", text).group(1))
     mapped = re.search(r"metric\(s\) read under rlguard's names: (.*)", text).group(1)
     unmapped = re.search(r"misspelt rule metric hides here\): (.*)", text)
-    return (count, set(mapped.split(", ")) - {"none"},
+    # a mapped key is listed as "kl_coef [beta]" (the name alerts use, the key as logged)
+    keys = {m.rsplit(" [", 1)[1][:-1] if m.endswith("]") else m for m in mapped.split(", ")}
+    return (count, keys - {"none"},
             set(unmapped.group(1).split(", ")) if unmapped else set())

@@ -19,7 +19,7 @@ def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = 
     runs = [load_run(p, packs, taken=taken) for p in paths]
     base_run, base_value = _baseline(baseline, runs, packs, taken)
     if metrics:
-        _check_metrics(metrics, runs)
+        metrics = _check_metrics(metrics, runs)
     watched = metrics or _watched(runs)
     report = {"version": 1, "runs": [run_section(r, watched) for r in runs], "metrics": watched}
     if len(runs) > 1:
@@ -46,9 +46,13 @@ def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = 
     return report
 
 
-def _check_metrics(metrics: list[str], runs: list[RunData]) -> None:
-    """``--metric`` names a metric of at least one run (canonical or raw name)."""
+def _check_metrics(metrics: list[str], runs: list[RunData]) -> list[str]:
+    """``--metric`` names a metric of at least one run (canonical or raw name); returns the
+    names the report uses (a raw key read under a canonical name is that name: ``beta`` is
+    ``kl_coef``, the name its alerts use)."""
     present = sorted({m for r in runs for m in r.series})
+    as_logged = {raw: name for r in runs for name, raw in r.keys.items()}
+    metrics = list(dict.fromkeys(as_logged.get(m, m) if m not in present else m for m in metrics))
     missing = [m for m in metrics if m not in present]
     if missing:
         import difflib
@@ -57,6 +61,7 @@ def _check_metrics(metrics: list[str], runs: list[RunData]) -> None:
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
         raise InputError(f"no metric {', '.join(map(repr, missing))} in the run(s){hint}; metrics present: "
                          f"{', '.join(present) or 'none'}", field="--metric")
+    return metrics
 
 
 def _watched(runs: list[RunData]) -> list[str]:
@@ -73,7 +78,8 @@ def _watched(runs: list[RunData]) -> list[str]:
 
 def run_section(r: RunData, watched: list[str]) -> dict:
     sec = {"name": r.name, "path": r.path, "log": r.log or r.path, "format": r.fmt, "steps": list(r.steps) if r.steps else None,
-           "config": r.config, "metrics": {}}
+           "config": r.config, "metrics": {},
+           "logged_as": {m: r.keys[m] for m in [*watched, *(a.metric for a in r.alerts)] if r.keys.get(m, m) != m}}
     for m in watched:
         if m not in r.series:
             continue

@@ -35,6 +35,7 @@ class RunData:
     config: dict = field(default_factory=dict)
     steps: tuple[int, int] | None = None
     log: str = ""  # the file read, where ``path`` is a run directory
+    keys: dict[str, str] = field(default_factory=dict)  # name in the report (the alerts' name) -> key as logged
 
     def eval_metrics(self) -> list[str]:
         """Canonical evaluation metrics first, then any other eval/val/test series."""
@@ -64,12 +65,15 @@ def load_run(path: str, packs: list[RulePack], baselines: dict[str, float] | Non
             name, k = f"{base}-{k}", k + 1
         taken.add(name)
     vocab = Vocabulary()
-    chunk = columnize(records, Naming(vocab), 0, None, vocab.summary_markers) if records else None
+    naming = Naming(vocab)
+    chunk = columnize(records, naming, 0, None, vocab.summary_markers) if records else None
     series = {n: (c.steps, c.values) for n, c in (chunk.columns.items() if chunk else [])}
     wd = Watchdog(packs=packs, run=name, baselines=baselines or {})
     wd.ingest(records)
     steps = (min(r.step for r in records), max(r.step for r in records)) if records else None
-    return RunData(name, str(path), reader.name, series, wd.alerts, wd.stop_decision, _config(log), steps, str(log))
+    keys = {naming.name(raw): raw for raw in naming.logged()[0]}
+    return RunData(name, str(path), reader.name, series, wd.alerts, wd.stop_decision, _config(log), steps, str(log),
+                   keys)
 
 
 def tracker_name(log: str, fmt: str) -> str | None:

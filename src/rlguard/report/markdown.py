@@ -69,7 +69,7 @@ def _run(r: dict) -> list[str]:
                 continue
             sw = s["swings"].get("largest_swing_pct")
             has_best = "best" in s
-            out.append(f"| {m} | {mode_words(s['mode'])} | {fmt(s['best']) if has_best else '-'} | "
+            out.append(f"| {label(m, r)} | {mode_words(s['mode'])} | {fmt(s['best']) if has_best else '-'} | "
                        f"{s['best_step'] if has_best else '-'} | {fmt(s['final'])} | "
                        f"{s['steps_to_within_1pct_of_best'] if has_best else '-'} | "
                        f"{'' if sw is None else f'{sw:.1f}%'} | "
@@ -78,8 +78,8 @@ def _run(r: dict) -> list[str]:
         for m, s in r["metrics"].items():
             out += _metric_notes(m, s)
     out += ["### Alerts", ""]
-    out += [f"- step {a['step']} **{a['severity']}** `{a['kind']}` ({a['rule']}): {a['message']}" for a in r["alerts"]] \
-        or ["- none"]
+    out += [f"- step {a['step']} **{a['severity']}** `{a['kind']}` ({a['rule']}) on {label(a['metric'], r)}: "
+            f"{a['message']}" for a in r["alerts"]] or ["- none"]
     d = r["decision"]
     out += ["", "### Decision", ""]
     if d["stop"] is None:
@@ -96,6 +96,12 @@ def _run(r: dict) -> list[str]:
         out.append(f"- reason: {d['reason']}")
     out.append("")
     return out
+
+
+def label(m: str, r: dict) -> str:
+    """A metric by the name its alerts use, the run's key as logged in brackets where it differs."""
+    raw = r.get("logged_as", {}).get(m)
+    return f"{m} [{raw}]" if raw else m
 
 
 def _metric_notes(m: str, s: dict) -> list[str]:
