@@ -9,6 +9,7 @@ import sqlite3
 from typing import TYPE_CHECKING
 
 from ..alerts import Alert, Kind
+from ..numfmt import fmt
 from .view import Changes
 
 if TYPE_CHECKING:
@@ -35,11 +36,17 @@ class Outgoing:
         return {a.run for a in self.unqueued}
 
     @staticmethod
-    def log(alerts: list[Alert]) -> None:
+    def log(alerts: list[Alert], firing: list[Alert] = ()) -> None:
+        """Log each alert; a resolution says what it means: this rule no longer triggers (and
+        which rules still fire on the metric, of ``firing``), never that the metric is normal."""
         for a in alerts:
             msg = a.message
             if a.status == "resolved" and a.kind == Kind.NONFINITE.value:  # never "back to normal" after a NaN
                 msg = f"{a.metric} finite again, no new non-finite value since; the run is not known healthy"
+            elif a.status == "resolved":
+                still = sorted({f.rule for f in firing if (f.run, f.metric) == (a.run, a.metric) and f.rule != a.rule})
+                msg = (f"{a.metric} = {fmt(a.value)} no longer triggers this rule"
+                       + (f"; still firing on {a.metric}: {', '.join(still)}" if still else ""))
             log.warning("[%s] %s %s %s (%s) step %s: %s", a.run, a.status, a.severity, a.kind, a.rule, a.step, msg)
 
     def submit(self, alerts: list[Alert]) -> tuple[bool, Changes]:

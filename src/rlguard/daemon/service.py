@@ -289,7 +289,9 @@ class Daemon:
 
     # ------------------------------------------------------------------ actions
     def _notify(self, alerts: list[Alert]) -> None:
-        self.outgoing.log(alerts)
+        resolved = {a.run for a in alerts if a.status == "resolved"}  # (the log names what still fires)
+        mons = [self.runs.get(self.names.get(run, "")) for run in resolved]
+        self.outgoing.log(alerts, [a for m in mons if m is not None for a in m.watchdog.firing()])
         if alerts and self.dispatcher is not None and not self.fleet.released:  # (released: other shards tell)
             self._submit(list(alerts))
 

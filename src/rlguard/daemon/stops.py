@@ -115,10 +115,12 @@ def kept_logging(records: int, requested_at: float, last_update: float, now: flo
         return None
     why = (f"{records} records" if records >= patience.records else
            f"a record {last_update - requested_at:.0f} s")
+    # its step is the request's: one alert per request, the same key when a kill -9 replays the
+    # records (the record or second at which it is judged depends on how the polls cut them)
     return Outcome("ignored", f"kept logging after the stop request of step {asked_step}: {records} record(s) "
                    f"up to step {last_step} in {now - requested_at:.0f} s, without acknowledging it ({HINT}; "
                    f"judged ignored at {why} after the request); the request stays in place: {reason}",
-                   last_step)
+                   asked_step if asked_step is not None else last_step)
 
 
 def _kept(stop: dict) -> str:

@@ -202,35 +202,52 @@ def cleared_words(a: Alert) -> str:
             f"(value {_num(fmt_value(a.value))})")
 
 
+def still_on(a: Alert, message: Message) -> str:
+    """For a resolution: the other rules still firing on its metric ("" when none). A rule that
+    stops triggering says nothing of the metric's health (a climb whose baseline caught up with
+    a gradient norm stuck at 1e6 clears while the rules on the level still fire)."""
+    rules = sorted({f.rule for f in (*message.still, *message.firing) if f.metric == a.metric and f.rule != a.rule})
+    return (f"; not back to normal: `{fit(a.metric, MAX_VALUE)}` still triggers {fit(', '.join(rules), 600)}"
+            if rules else "")
+
+
+def _details(a: Alert) -> str:
+    """A resolution's own text, unless it is the generic "<metric> back to normal" (which the
+    line says better, and which is false while other rules fire on the metric)."""
+    return "" if a.status == "resolved" and a.message.endswith(" back to normal") else a.message
+
+
 def _single_resolved(a: Alert, message: Message) -> list[dict[str, Any]]:
-    cleared = f"*Cleared:* {cleared_words(a)}."
+    cleared = f"*Cleared:* {cleared_words(a)}{still_on(a, message)}."
     fields = [_field("Run", a.run), _field("Rule", a.rule), _field("Metric", a.metric),
               _field("Value", fmt_value(a.value)), _field("Step", a.step),
               _field("Severity", a.severity)]
     head = f"{_EMOJI['warning']} No new non-finite value" if a.kind == NONFINITE else f"{_RESOLVED} Resolved"
     return [_header(f"{head}: {a.kind}"), _section(cleared),
-            {"type": "section", "fields": fields}, _titled("Details", a.message), _footer(message)]
+            {"type": "section", "fields": fields}] + ([_titled("Details", _details(a))] if _details(a) else []) \
+        + [_footer(message)]
 
 
-def _alert_line(a: Alert, fired: Alert | None = None) -> dict[str, Any]:
+def _alert_line(a: Alert, fired: Alert | None = None, note: str = "") -> dict[str, Any]:
     """One alert; ``fired``: the firing alert of a resolution ``a`` that cleared before the
-    message was built (both told in one line)."""
+    message was built (both told in one line); ``note``: what still fires on its metric."""
     if fired is not None:
         head = (f"{_EMOJI.get(fired.severity, ':warning:')} *{fit(fired.kind, 60)}* "
                 f"({fit(fired.severity, 20)}) · fired at step {_num(fired.step)} (`{fit(fired.metric, MAX_VALUE)}` = "
                 f"{_num(fmt_value(fired.value))}), cleared before this message · rule {fit(fired.rule, MAX_VALUE)} "
-                f"· {fit(action_text(fired), 200)}\n_{cleared_words(a)}_")
+                f"· {fit(action_text(fired), 200)}\n_{cleared_words(a)}{note}_")
         return _section(head + "\n" + fit(fired.message, max(0, MAX_TEXT - _units(head) - 1)))
     if a.status == "resolved":
         word = "no new non-finite value" if a.kind == NONFINITE else "cleared"
         head = (f"{_RESOLVED if a.kind != NONFINITE else _EMOJI['warning']} *{word}: {fit(a.kind, 60)}* · "
                 f"`{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} at step {_num(a.step)} · rule "
-                f"{fit(a.rule, MAX_VALUE)}" + (" · the run is not known healthy" if a.kind == NONFINITE else ""))
+                f"{fit(a.rule, MAX_VALUE)}" + (" · the run is not known healthy" if a.kind == NONFINITE else "")
+                + note)
     else:
         head = (f"{_EMOJI.get(a.severity, ':warning:')} *{fit(a.kind, 60)}* "
                 f"({fit(a.severity, 20)}) · `{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} "
                 f"at step {_num(a.step)} · rule {fit(a.rule, MAX_VALUE)} · {fit(action_text(a), 200)}")
-    return _section(head + "\n" + fit(a.message, max(0, MAX_TEXT - _units(head) - 1)))
+    return _section(head + "\n" + fit(_details(a), max(0, MAX_TEXT - _units(head) - 1)))
 
 
 def _incident_line(inc: dict[str, Any], members: list[Alert]) -> dict[str, Any]:
@@ -260,7 +277,8 @@ def _lines(message: Message) -> list[dict[str, Any]]:
     for inc, members in by_incident(message.firing):
         out += [_incident_line(inc, members)] if inc is not None else [_alert_line(a) for a in members]
     passed = {(a.rule, a.metric): a for a in message.passed}
-    return out + [_alert_line(a, passed.pop((a.rule, a.metric), None)) for a in message.resolved]
+    return out + [_alert_line(a, passed.pop((a.rule, a.metric), None), still_on(a, message))
+                  for a in message.resolved]
 
 
 def _grouped(message: Message) -> list[dict[str, Any]]:
