@@ -16,13 +16,14 @@ from .sources.base import sane_step
 from .sources.block import RecordBlock
 from .sources.cap import MAX_METRICS, MetricCap
 from .sources.live import find_live
-from .sources.rundir import choose_log, newer_logs, run_root
+from .sources.rundir import choose_log, newer_logs, run_root, stated_logging_steps
 from .verdict import decision_record
 from .watchdog import Watchdog
 
 
 def run_check(path: str, *, rules, input_format, out_format, baselines, decisions, run, chunk,
-              default_rules: bool = True, max_metrics: int = MAX_METRICS) -> int:
+              default_rules: bool = True, max_metrics: int = MAX_METRICS, logging_steps: int | None = None,
+              strict: bool = False) -> int:
     # rules first: a bad rule file is reported before reading a big log; --rules adds to the default
     packs = load_packs(rules, with_default=default_rules)
     given = path
@@ -30,6 +31,7 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
     path = chosen.log if chosen else resolve_log(path)
     fmt_name = input_format or detect_format(path)
     reader = open_reader(path, fmt_name)
+    interval = _interval(reader, path, os.fspath(given), logging_steps)
     wd = Watchdog(packs=packs, run=run, baselines=baselines)
     all_decisions: list[Decision] = []
     out = sys.stdout
@@ -55,6 +57,9 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
     live = find_live(path, os.fspath(given))
     root = live.run_dir if live else run_root(path, os.fspath(given))
     notes_live = newer_logs(path, root) if os.path.isfile(path) else []
+    counted, printed = reader.counted() if hasattr(reader, "counted") else (0, 0)
+    if counted or logging_steps:
+        notes_live.insert(0, _interval_note(interval, counted, printed, fmt_name))
     notes = ([chosen.note(os.fspath(given))] if chosen and chosen.others else []) + _notes(wd, stats) \
         + absent_metrics(wd) + ([idle] if idle else []) + [x for x in [cap.note()] if x] + notes_live
     if out_format == "json":
@@ -68,8 +73,56 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
                     alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best,
                     distinct_steps=distinct, live=live.lines(last) if live else [])
     out.flush()
+    if strict:
+        problems = strict_problems(rules, wd)
+        for p in problems:
+            print(f"rlguard: error: --strict: {p}", file=sys.stderr)
+        if problems:
+            return 2
     bad = any(a.status == "firing" and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
     return 1 if bad else 0
+
+
+def _interval(reader, path: str, given: str, asked: int | None) -> tuple[int, str] | None:
+    """The logging interval a console log's record numbers are multiplied by: ``--logging-steps``,
+    else the one the run states beside the log; (interval, where it came from) or None."""
+    if not hasattr(reader, "counted"):  # a format that states its own steps
+        return None
+    found = (asked, "--logging-steps") if asked else stated_logging_steps(run_root(path, given))
+    if found:
+        reader.logging_steps = found[0]
+    return found
+
+
+def _interval_note(interval: tuple[int, str] | None, counted: int, printed: int, fmt_name: str) -> str:
+    if counted == 0:  # --logging-steps on a format that prints its steps
+        return f"--logging-steps not used: it numbers a transformers/TRL console log's records; this log is {fmt_name}"
+    some = f" ({printed} record(s) printed their own step, kept)" if printed else ""
+    if interval is None:
+        return (f"steps are record numbers (1, 2, 3...){some}: the console prints no step and no logging_steps "
+                f"was found beside it (trainer_state.json, training_args.json/.yaml); give --logging-steps N "
+                f"for optimizer steps")
+    n, source = interval
+    return f"steps are record numbers x logging_steps {n} (from {source}){some}: the console prints no step"
+
+
+def strict_problems(rules: list[str] | None, wd: Watchdog) -> list[str]:
+    """What ``--strict`` refuses, one line each naming the pack file, the rule and its metric: a
+    metric of a ``--rules`` pack that no alias maps and no trainer logs (a misspelling, with the
+    nearest known names), a ``--rules`` rule whose metrics the log never had (with the nearest
+    present name)."""
+    from .explain import absent_metrics, unknown_metrics
+    from .rulespec import load_pack, rule_files
+
+    out, where = [], {}
+    for f in rule_files(rules) if rules else []:
+        pack = load_pack(f)
+        where.update({f"rule {r.id}": str(f) for r in pack.rules})
+        out += [f"{f}: {w}" for w in unknown_metrics(pack) if "is not a name rlguard knows" in w]
+    said = {line.split(": ")[1] for line in out}  # a misspelt metric is not in the log either: said once
+    out += [f"{where.get(rid, 'rules')}: {line}" for line in absent_metrics(wd)
+            if (rid := line.split(":")[0]) not in said]
+    return out  # (a log no rule could watch is refused by every check: "nothing to judge")
 
 
 def _check_baselines(baselines: dict[str, float], wd: Watchdog) -> None:

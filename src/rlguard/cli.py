@@ -119,6 +119,14 @@ def _add_check(sub) -> None:
     c.add_argument("--max-metrics", type=int, default=None, metavar="N",
                    help="judge at most N distinct metric names, the first the log names; the values of others "
                         "are dropped and counted in a note (default 2000, the daemon's max_metrics_per_run)")
+    c.add_argument("--strict", action="store_true",
+                   help="exit 2 (after the report) when a --rules pack names a metric rlguard does not know (a "
+                        "misspelling: the nearest names are suggested) or a --rules rule's metrics are not in the "
+                        "log: for CI")
+    c.add_argument("--logging-steps", type=int, metavar="N",
+                   help="a transformers/TRL console log prints no step: its records are N optimizer steps apart "
+                        "(default: the logging_steps a trainer_state.json or training_args file beside it "
+                        "states, else 1: record numbers)")
     c.set_defaults(func=cmd_check)
 
 
@@ -126,11 +134,15 @@ def _add_report(sub) -> None:
     rp = sub.add_parser("report", help="write a post-mortem (Markdown, PNG plots, JSON) for one or more runs",
                         description="Best values and steps, swings, drops judged against the noise, change "
                                     "points, alerts and the decision rlguard would have taken, per run; several "
-                                    "runs side by side; runs with identical results flagged (duplicate_run).")
+                                    "runs side by side, each gap judged against the evaluation noise; runs with "
+                                    "identical results flagged (duplicate_run).")
     rp.add_argument("runs", nargs="+", metavar="RUN", help="log files or run directories")
     rp.add_argument("--out", default="rlguard-report", help="output folder (default: rlguard-report)")
     rp.add_argument("--metric", action="append", help="metric to report (repeatable; default: evaluation metrics)")
-    rp.add_argument("--baseline", help="a run (path or name) or a number: flag final results worse than it")
+    rp.add_argument("--baseline", help="a run (path or name) or a number: flag final results worse than it "
+                                       "beyond the evaluation noise (kind regression)")
+    rp.add_argument("--fail-on", choices=["regression"],
+                    help="exit 1 when a run regresses against --baseline beyond the evaluation noise (for CI)")
     rp.add_argument("--rules", action="append", metavar="PATH", help="rule packs (default: the shipped pack)")
     rp.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     rp.set_defaults(func=cmd_report)
@@ -212,16 +224,23 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _caps(args: argparse.Namespace) -> dict:
-    if args.max_metrics is None:
-        return {}
-    if args.max_metrics < 1:
-        raise InputError(f"must be at least 1, got {args.max_metrics}", field="--max-metrics")
-    return {"max_metrics": args.max_metrics}
+    out = {}
+    for flag, value in (("--max-metrics", args.max_metrics), ("--logging-steps", args.logging_steps)):
+        if value is not None and value < 1:
+            raise InputError(f"must be at least 1, got {value}", field=flag)
+    if args.max_metrics is not None:
+        out["max_metrics"] = args.max_metrics
+    if args.logging_steps is not None:
+        out["logging_steps"] = args.logging_steps
+    return dict(out, strict=True) if args.strict else out
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .report import build_report
 
+    if args.fail_on and args.baseline is None:
+        raise InputError("regression needs --baseline RUN_OR_VALUE: there is nothing to regress against",
+                         field="--fail-on")
     rep = build_report(args.runs, args.out, args.metric, args.baseline, args.rules, plots=not args.no_plots)
     out = Path(args.out)
     print(f"wrote {out / 'report.md'}, {out / 'report.json'}" + (f" and {len(rep.get('plots', {}))} plot(s)"
@@ -230,6 +249,11 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(rep["plots_note"])
     for f in rep["findings"]:
         print(f"  {f['kind']}: {f['message']}")
+    regressed = sorted({f["run"] for f in rep["findings"] if f["kind"] == "regression"})
+    if args.fail_on == "regression" and regressed:
+        print(f"rlguard: --fail-on regression: {', '.join(regressed)} regressed against the baseline beyond the "
+              f"evaluation noise (exit 1)")
+        return 1
     return 0
 
 

@@ -22,7 +22,9 @@ Steps: ``step`` or ``global_step`` in the dict if present; otherwise they are re
 counting: train records (no ``eval_`` key, no ``train_runtime``) are numbered 1, 2, 3... (the
 count continues from the last explicit step); an eval record or the end-of-training summary
 (``train_runtime``) gets the step of the last train record (0 if none). These are log indices,
-not optimizer steps: the console does not print ``logging_steps``.
+not optimizer steps: the console does not print ``logging_steps``; ``rlguard check`` multiplies
+them by the interval the run states beside the log (``trainer_state.json``'s ``logging_steps``,
+``training_args.json``/``.yaml``) or ``--logging-steps N``, and says which it used.
 """
 from __future__ import annotations
 
@@ -58,6 +60,15 @@ class HfConsoleReader(Reader):
 
     name = "hf_console"
     summary = "transformers/TRL console: {'loss': 0.1, 'kl': nan, ...} per line, among tqdm bars"
+    #: optimizer steps between two logged train records (the run's ``logging_steps``): a
+    #: reconstructed step is the record's number times this (``rlguard check --logging-steps``)
+    logging_steps = 1
+
+    def counted(self) -> tuple[int, int]:
+        """Of the last read's records: how many train records had their step reconstructed (no
+        step printed), and how many printed their own."""
+        state = getattr(self, "last_count", {})
+        return state.get("counted", 0), state.get("printed", 0)
 
     @classmethod
     def sniff(cls, head: str, path: str) -> bool:
@@ -75,7 +86,7 @@ class HfConsoleReader(Reader):
         self.stats = stats = ReadStats()
         # steps are reconstructed by counting records; a tail reading the file piece by piece
         # sets ``start_count`` to the count where the previous piece ended (``last_count``)
-        state = {"count": getattr(self, "start_count", 0)}
+        state = {"count": getattr(self, "start_count", 0), "every": self.logging_steps, "counted": 0}
         self.last_count = state
         with open_binary(path) as f, reading(path, stats):
             for lineno, raw in enumerate(f, 1):
@@ -127,12 +138,14 @@ def _step(metrics: dict[str, float], explicit: int | None, state: dict[str, int]
     """The explicit step, or the reconstructed one (see the module docstring)."""
     aside = "train_runtime" in metrics or any(k.startswith("eval_") for k in metrics)
     if explicit is not None:
+        state["printed"] = state.get("printed", 0) + 1
         if not aside:
             state["count"] = explicit
         return explicit
     if aside:
         return state["count"]
-    state["count"] += 1
+    state["count"] += state.get("every", 1)
+    state["counted"] = state.get("counted", 0) + 1
     return state["count"]
 
 

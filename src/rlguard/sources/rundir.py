@@ -187,3 +187,28 @@ def newer_logs(log: str, root: str) -> list[str]:
                        f"({os.path.relpath(log, root)}): the run went on past it; its last steps may be there "
                        f"(rlguard check {c})")
     return out
+
+
+def stated_logging_steps(root: str) -> tuple[int, str] | None:
+    """(logging_steps, the file that states it) for the run in ``root``: a ``trainer_state.json``
+    (top level, else the newest checkpoint's; transformers writes ``"logging_steps": N`` after
+    the log history, keys sorted), else ``training_args.json`` / ``training_args.yaml``
+    (LLaMA-Factory); None when none states it. Only a file's first and last 64 KB are read (a
+    trainer_state.json of a long run is hundreds of MB); a float (a ratio of max_steps) is no count."""
+    import re
+
+    pattern = re.compile(rb'(?:"logging_steps"\s*:|^logging_steps:)[ \t]*([0-9]{1,9})(?![.0-9eE])', re.MULTILINE)
+    cands = [p for p in _trainer_logs(root) if p.endswith("trainer_state.json")]
+    cands += [os.path.join(root, "training_args.json"), os.path.join(root, "training_args.yaml")]
+    for c in cands:
+        try:
+            with open(c, "rb") as f:
+                head = f.read(1 << 16)
+                f.seek(max(len(head), os.fstat(f.fileno()).st_size - (1 << 16)))
+                text = head + b"\n" + f.read(1 << 16)
+        except OSError:
+            continue
+        m = pattern.search(text)
+        if m and int(m.group(1)) >= 1:
+            return int(m.group(1)), os.path.relpath(c, root)
+    return None
