@@ -342,7 +342,7 @@ def test_a_metric_with_no_better_side_has_no_winner_and_no_best(tmp_path):
                        metrics=["grad_norm", "val_reward"], plots=False)
     comp = rep["comparison"]
     assert comp["grad_norm"]["summary"] == {} and not any("winner" in r for r in comp["grad_norm"]["table"]["rows"])
-    assert comp["val_reward"]["summary"]["winners"]["best value"] == "seed000_run_a"
+    assert comp["val_reward"]["summary"]["verdicts"]["seed000_run_b"]["verdict"] == "about_same"  # (issue 51)
     md = (tmp_path / "report.md").read_text()
     grad = md[md.index("### grad_norm"):md.index("### val_reward")]
     assert "(no better side)" in grad and "winner" not in grad and "best" not in grad

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..rulespec import load_packs
+from . import gaps
 from .analysis import change_points, headline, mode_of, noise_sigma, swings, worst_drop
 from .compare import duplicate_runs, side_by_side, summary
 from .load import RunData, load_run
@@ -123,15 +124,24 @@ def _baseline(baseline, runs, packs, taken):
 
 
 def _regressions(runs, watched, base_run, base_value) -> list[dict]:
+    """Each run's final values against the baseline's, judged against the evaluation noise
+    (:mod:`.gaps`): ``regression`` where worse beyond the noise, ``below_baseline`` where lower
+    but too few evaluations to tell (never a regression for being a smaller number)."""
     out = []
     for r in runs:
         mine = _run_regressions(r, watched, base_run, base_value)
         out += mine
         if len(mine) > 1:
             mean = sum(f["delta"] for f in mine) / len(mine)
-            out.append({"kind": "regression", "run": r.name, "metric": "mean", "delta": mean,
-                        "message": f"{r.name}: worse than the baseline on {len(mine)} metrics, "
-                                   f"mean {mean:+.3g} points"})
+            beyond = [f for f in mine if f["kind"] == "regression"]
+            unjudged = sum(f["verdict"] == "cannot_tell" for f in mine)
+            kind = "regression" if beyond else "below_baseline"
+            judged = (f"{len(beyond)} of them beyond the evaluation noise" if beyond
+                      else "too few evaluations to tell whether any is beyond the noise" if unjudged == len(mine)
+                      else "none beyond the evaluation noise")
+            out.append({"kind": kind, "run": r.name, "metric": "mean", "delta": mean,
+                        "message": f"{r.name}: below the baseline on {len(mine)} metrics, mean {mean:+.3g} points; "
+                                   f"{judged}"})
     return out
 
 
@@ -146,16 +156,33 @@ def _run_regressions(r, watched, base_run, base_value) -> list[dict]:
         h = headline(*r.series[m], mode)
         if not h.get("evaluations") or mode == "none":
             continue
-        ref = base_value
         if base_run is not None and m in base_run.series:
             ref = headline(*base_run.series[m], mode).get("final")
-        if ref is None:
+            pair = gaps.pair_noise(gaps.noise_of(r.series[m][1]), gaps.noise_of(base_run.series[m][1]))
+            test = gaps.t_test(h["final"] - ref, *pair) if pair and ref is not None else None
+        elif base_value is not None:
+            ref = base_value
+            v = gaps.versus_number(r.series[m][1], h["final"], ref, mode)
+            test = v if v["verdict"] != "cannot_tell" else None
+        else:
             continue
-        if (h["final"] < ref) if mode == "max" else (h["final"] > ref):
-            out.append({"kind": "regression", "run": r.name, "metric": m, "final": h["final"], "baseline": ref,
-                        "delta": h["final"] - ref,
-                        "message": f"{r.name}: final {m} {h['final']:.4g} is worse than the baseline "
-                                   f"{ref:.4g} ({h['final'] - ref:+.4g})"})
+        if ref is None or not ((h["final"] < ref) if mode == "max" else (h["final"] > ref)):
+            continue
+        delta = h["final"] - ref
+        what = f"{r.name}: final {m} {h['final']:.4g} is below the baseline {ref:.4g} ({delta:+.4g})"
+        if test is None:
+            out.append({"kind": "below_baseline", "run": r.name, "metric": m, "final": h["final"], "baseline": ref,
+                        "delta": delta, "verdict": "cannot_tell",
+                        "message": f"{what}: too few evaluations to tell whether that is beyond the noise"})
+            continue
+        sigma = test.get("sigma") or (test["se"] / math.sqrt(2) if test["se"] else None)
+        units = f"{abs(delta) / sigma:.1f} sigma of the evaluation noise" if sigma else "noise-free evaluations"
+        beyond = test["beyond_noise"]
+        out.append({"kind": "regression" if beyond else "below_baseline", "run": r.name, "metric": m,
+                    "final": h["final"], "baseline": ref, "delta": delta, "verdict": "worse" if beyond else "about_same",
+                    "test": gaps.TEST, "t": test["t"], "df": test["df"], "p": test["p"],
+                    "message": f"{what}, {units}: " + (f"a regression beyond the noise (p = {test['p']:.2g})" if beyond
+                                                       else f"within the noise (p = {test['p']:.2f}), not a regression")})
     return out
 
 

@@ -7,12 +7,14 @@ import math
 
 import numpy as np
 
-from .analysis import headline, mode_of, noise_sigma, swings
+from . import gaps
+from .analysis import headline, mode_of, noise_sigma
 from .load import RunData
 
 
 def side_by_side(runs: list[RunData], metric: str) -> dict:
-    """Per step, per run values of ``metric``; the difference to the first run; the winner."""
+    """Per step, per run values of ``metric``; the difference to the first run, also in sigma of
+    the pair's evaluation noise (no winner per step: one pair of evaluations decides nothing)."""
     mode = mode_of(metric)
     table: dict[int, dict[str, float]] = {}
     for r in runs:
@@ -20,41 +22,54 @@ def side_by_side(runs: list[RunData], metric: str) -> dict:
             for s, v in zip(*r.series[metric]):
                 if math.isfinite(v):
                     table.setdefault(int(s), {})[r.name] = float(v)
+    first = runs[0]
+    sigma = {}
+    if metric in first.series:
+        for r in runs[1:]:
+            pair = gaps.pair_noise(gaps.noise_of(first.series[metric][1]), gaps.noise_of(r.series[metric][1])) \
+                if metric in r.series else None
+            sigma[r.name] = gaps.pooled(*pair) if pair else None
     rows = []
     for step in sorted(table):
         vals = table[step]
         row = {"step": step, "values": vals}
-        if runs[0].name in vals:
-            ref = vals[runs[0].name]
-            row["diff_vs_first"] = {n: v - ref for n, v in vals.items() if n != runs[0].name}
-        if len(vals) > 1 and mode != "none":
-            row["winner"] = (max if mode == "max" else min)(vals, key=vals.get)
+        if first.name in vals:
+            ref = vals[first.name]
+            row["diff_vs_first"] = {n: v - ref for n, v in vals.items() if n != first.name}
+            row["diff_vs_first_sigma"] = {n: (v - ref) / sigma[n] if sigma.get(n) else None
+                                          for n, v in vals.items() if n != first.name}
         rows.append(row)
-    return {"metric": metric, "mode": mode, "rows": rows}
+    return {"metric": metric, "mode": mode, "rows": rows, "noise_sigma": sigma}
 
 
 def summary(runs: list[RunData], metric: str) -> dict:
-    """Relative gaps of the bests, who reached their best sooner, winners per dimension."""
+    """Every run against the first on ``metric``: the relative gap of the bests, and the verdict
+    against the evaluation noise (:mod:`.gaps`); who reached its best sooner, judged the same
+    way; winners only where a verdict names one; a ranking in noise groups for 3 runs or more."""
     mode = mode_of(metric)
-    heads = {r.name: headline(*r.series[metric], mode) for r in runs if metric in r.series}
-    heads = {n: h for n, h in heads.items() if h.get("evaluations")}
-    if len(heads) < 2 or mode == "none":
+    present = [r for r in runs if metric in r.series and headline(*r.series[metric], mode).get("evaluations")]
+    if len(present) < 2 or mode == "none":
         return {}
-    first = runs[0].name
-    better = max if mode == "max" else min
-    out = {"metric": metric, "gap_vs_first_pct": {}, "best_step_vs_first": {}}
-    for n, h in heads.items():
-        if n != first and first in heads:
-            ref = heads[first]
-            out["gap_vs_first_pct"][n] = (h["best"] - ref["best"]) / abs(ref["best"]) * 100 if ref["best"] else None
-            out["best_step_vs_first"][n] = h["best_step"] - ref["best_step"]
-    stab = {r.name: swings(*r.series[metric]).get("largest_swing_pct") for r in runs if r.name in heads}
-    out["winners"] = {
-        "best value": better(heads, key=lambda n: heads[n]["best"]),
-        "final value": better(heads, key=lambda n: heads[n]["final"]),
-        "reached best sooner": min(heads, key=lambda n: heads[n]["best_step"]),
-        "steadier (smaller largest swing)": min((n for n in stab if stab[n] is not None), key=stab.get, default=None),
-    }
+    heads = {r.name: headline(*r.series[metric], mode) for r in present}
+    ref = present[0]
+    out = {"metric": metric, "versus": ref.name, "gap_vs_first_pct": {}, "best_step_vs_first": {}, "verdicts": {},
+           "sooner": {}, "winners": {}}
+    for r in present[1:]:
+        a, b = heads[ref.name], heads[r.name]
+        out["gap_vs_first_pct"][r.name] = (b["best"] - a["best"]) / abs(a["best"]) * 100 if a["best"] else None
+        out["best_step_vs_first"][r.name] = b["best_step"] - a["best_step"]
+        out["verdicts"][r.name] = gaps.compare(ref.name, ref.series[metric], r.name, r.series[metric], mode)
+        out["sooner"][r.name] = gaps.sooner(ref.name, ref.series[metric], r.name, r.series[metric], mode)
+    if len(present) == 2:
+        other = present[1]
+        sa, sb = ref.series[metric], other.series[metric]
+        judged = {"better beyond the noise": out["verdicts"][other.name]["better"],
+                  "final value beyond the noise": gaps.finals(ref.name, sa, other.name, sb, mode),
+                  "reached its best level sooner": out["sooner"][other.name]["sooner"],
+                  "steadier (less evaluation noise, F test)": gaps.steadier(ref.name, sa, other.name, sb)}
+        out["winners"] = {k: v for k, v in judged.items() if v is not None}
+    else:
+        out["ranking"] = gaps.ranking({r.name: r.series[metric] for r in present}, mode)
     return out
 
 
@@ -194,10 +209,18 @@ def _indistinguishable(a: RunData, b: RunData) -> dict | None:
     diff = _config_diff(a, b)
     if len(checked) < 2 or not diff:
         return None  # the same config giving the same curves is expected, not a finding
+    knob = ", ".join(f"{k}: {u} vs {w}" for k, (u, w) in diff.items())
+    asked = [m for m in checked if m in a.eval_metrics()] or checked  # what the user asked about: its evaluations
     return {"kind": "duplicate_run", "runs": [a.name, b.name], "check": "curves indistinguishable within noise",
             "metrics": checked, "config_diff": diff,
-            "message": f"{a.name} and {b.name} have curves indistinguishable within noise on {len(checked)} "
-                       f"metrics although their configs differ ({', '.join(diff)}): the setting had no effect"}
+            "message": f"{a.name} and {b.name}: the knob ({knob}) had no measurable effect on "
+                       f"{' or '.join(_words(m) for m in asked)} (curves indistinguishable within the noise on "
+                       f"{', '.join(checked)})"}
+
+
+def _words(metric: str) -> str:
+    """``val_loss`` as people say it (val loss); other names as they are."""
+    return metric.replace("_", " ") if metric in ("val_loss", "val_reward", "train_loss") else metric
 
 
 def _quantum(x: np.ndarray) -> float:

@@ -33,27 +33,36 @@ def _comparison(rep: dict) -> list[str]:
         s, t = comp["summary"], comp["table"]
         names = [r["name"] for r in rep["runs"]]
         out += [f"### {m} ({mode_words(t['mode'])})", ""]
-        extra = (["difference"] if len(names) == 2 else []) + (["winner"] if t["mode"] != "none" else [])
+        extra = ["difference", "in noise sigma"] if len(names) == 2 else []
         out.append("| " + " | ".join(["step", *names, *extra]) + " |")
         out.append("|---" * (1 + len(names) + len(extra)) + "|")
         for row in t["rows"]:
             cells = [fmt(row["values"][n]) if n in row["values"] else "" for n in names]
             if len(names) == 2:
                 d = row.get("diff_vs_first", {}).get(names[1])
-                cells.append(f"{d:+.4g}" if d is not None else "")
-            if t["mode"] != "none":
-                cells.append(row.get("winner", ""))
+                z = row.get("diff_vs_first_sigma", {}).get(names[1])
+                cells += [f"{d:+.4g}" if d is not None else "", f"{z:+.1f}" if z is not None else ""]
             out.append(f"| {row['step']} | " + " | ".join(cells) + " |")
         out.append("")
-        for n, gap in s.get("gap_vs_first_pct", {}).items():
-            sooner = s["best_step_vs_first"][n]
-            when = (f"{-sooner} steps sooner" if sooner < 0 else f"{sooner} steps later" if sooner > 0
-                    else "at the same step")
-            gap_words = "n/a (the first run's best is 0)" if gap is None else f"{gap:+.1f}%"
-            out.append(f"- `{n}` vs `{names[0]}`: best {gap_words}; reached its best {when}.")
-        for dim, who in s.get("winners", {}).items():
-            out.append(f"- winner on {dim}: `{who}`")
+        out += _verdicts(s)
         out.append("")
+    return out
+
+
+def _verdicts(s: dict) -> list[str]:
+    """The verdicts against the noise, one line each, and the winners they name (or none)."""
+    out = []
+    first = s.get("versus")
+    for n, v in s.get("verdicts", {}).items():
+        gap = s["gap_vs_first_pct"][n]
+        gap_words = "n/a (the first run's best is 0)" if gap is None else f"{gap:+.1f}%"
+        out.append(f"- `{n}` vs `{first}`: best {gap_words}; **{v['sentence']}**.")
+        out.append(f"- `{n}` vs `{first}`, reaching the best: {s['sooner'][n]['sentence']}.")
+    if "ranking" in s:
+        out.append(f"- ranking: {s['ranking']['sentence']}.")
+    elif s.get("verdicts"):
+        won = [f"{dim}: `{who}`" for dim, who in s.get("winners", {}).items()]
+        out.append(f"- winners (only where the noise allows one): {'; '.join(won) if won else 'none'}.")
     return out
 
 
