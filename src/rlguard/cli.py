@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rlguard", description="Training-health monitor for RL fine-tuning runs.")
     p.add_argument("--version", action="version", version=f"rlguard {_version()}")
     sub = p.add_subparsers(dest="command")
-    for add in (_add_check, add_daemon, add_status, add_stop, _add_report, _add_rules):
+    for add in (_add_check, _add_alerts, add_daemon, add_status, add_stop, _add_report, _add_rules):
         add(sub)
     return p
 
@@ -128,6 +128,39 @@ def _add_check(sub) -> None:
                         "(default: the logging_steps a trainer_state.json or training_args file beside it "
                         "states, else 1: record numbers)")
     c.set_defaults(func=cmd_check)
+
+
+def _add_alerts(sub) -> None:
+    a = sub.add_parser("alerts", help="the alerts runs recorded (rlguard/decisions.jsonl), new since a cursor",
+                       description="A feed to poll: the alerts appended to each run's rlguard/decisions.jsonl "
+                                   "(RLGuardCallback, the bundled trainer) since --since CURSOR, and the cursor "
+                                   "to pass next time (an opaque string). Exit 0; 2 for a bad path or cursor.")
+    a.add_argument("paths", nargs="+", metavar="DIR", help="run directories, or folders of runs (4 levels searched)")
+    a.add_argument("--since", metavar="CURSOR", help="the 'cursor' of the previous answer (default: from the start)")
+    a.add_argument("--format", choices=["text", "json"], default="text",
+                   help="json: one object {cursor, alerts, more, notes}; text: a line per alert, then the cursor")
+    a.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N alerts per answer (default 1000)")
+    a.set_defaults(func=cmd_alerts)
+
+
+def cmd_alerts(args: argparse.Namespace) -> int:
+    import json
+
+    from .sources.feed import poll
+
+    if args.limit < 1:
+        raise InputError(f"must be at least 1, got {args.limit}", field="--limit")
+    ans = poll(args.paths, args.since, args.limit)
+    if args.format == "json":
+        print(json.dumps(ans.to_dict(), ensure_ascii=False, allow_nan=False))
+        return 0
+    for x in ans.alerts:
+        print(f"{x.get('run')} step {x.get('step')} {x.get('severity')} {x.get('kind')} [{x.get('rule')}] "
+              f"{str(x.get('message'))[:300]}")
+    for n in ans.notes:
+        print(f"note: {n}", file=sys.stderr)
+    print(f"cursor: {ans.cursor}" + (" (more waiting: poll again)" if ans.more else ""))
+    return 0
 
 
 def _add_report(sub) -> None:
