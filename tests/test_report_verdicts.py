@@ -137,3 +137,20 @@ def test_seed003_says_the_knob_had_no_measurable_effect_on_val_loss(tmp_path):
     assert f["message"] == ("beta_0.12 and beta_0.15: the knob (kl_beta: 0.12 vs 0.15) had no measurable effect on "
                             "val loss (curves indistinguishable within the noise on kl, val_loss)")
     assert rep["comparison"]["val_loss"]["summary"]["verdicts"]["beta_0.15"]["verdict"] == "about_same"
+
+
+def test_a_drop_with_no_noise_estimate_is_not_called_real(tmp_path):
+    """Issue 47.9: 'is noise unknown: **real**' for three evaluations; now it says it cannot judge."""
+    r, rep, md = report(eval_run(tmp_path / "a", [0.50, 0.60, 0.30]), out=tmp_path / "rep")
+    drop = rep["runs"][0]["metrics"]["val_reward"]["worst_drop"]
+    assert drop["verdict"] == "cannot_tell" and drop["z"] is None
+    assert "too few evaluations to judge it against the noise (4 or more needed)." in md
+    assert "noise unknown" not in md and "**real**" not in md
+
+
+def test_the_docs_show_the_seed000_verdict_as_the_report_prints_it(tmp_path):
+    _, _, md = report(EX / "seed000_run_a.jsonl", EX / "seed000_run_b.jsonl", out=tmp_path)
+    docs = (EX.parent / "docs" / "report.md").read_text()
+    block = docs[docs.index("## Verdicts against the noise"):]
+    quoted = [line for line in block.split("```")[1].splitlines() if line.strip()]
+    assert len(quoted) == 3 and all(line in md.splitlines() for line in quoted), quoted

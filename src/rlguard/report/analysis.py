@@ -98,7 +98,8 @@ def noise_sigma(values: np.ndarray) -> float | None:
 
 def worst_drop(steps: np.ndarray, values: np.ndarray, mode: str) -> dict | None:
     """The deepest fall below the best so far, judged against the noise: 'noise' when under
-    3 sigma or recovered within two evaluations, else 'real'."""
+    3 sigma or recovered within two evaluations, else 'real'; 'cannot_tell' where the noise is
+    unknown (too few evaluations) and the run did not recover."""
     ok = np.isfinite(values)
     s, v = steps[ok], values[ok]
     if len(v) < 3 or mode not in ("max", "min"):
@@ -114,7 +115,8 @@ def worst_drop(steps: np.ndarray, values: np.ndarray, mode: str) -> dict | None:
     j = int(np.argmax(np.where(np.arange(len(v)) < i, sign * v, -np.inf)))  # the best before the drop
     later = sign * v[i + 1: i + 3]
     recovered = bool(len(later) and (later >= sign * run_best[i] - (sigma or 0)).any())
-    verdict = "noise" if (z is not None and z < 3) or recovered else "real"
+    # no noise estimate (under 4 evaluations) and no recovery: nothing to judge the drop by
+    verdict = "noise" if (z is not None and z < 3) or recovered else "real" if z is not None else "cannot_tell"
     return {"step": int(s[i]), "value": float(v[i]), "from_best": float(run_best[i]), "best_step": int(s[j]),
             "pct": _pct(float(v[i]), float(run_best[i])), "sigma": sigma, "z": z,
             "recovered_within_2_evals": recovered, "verdict": verdict}

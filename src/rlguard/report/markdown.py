@@ -18,8 +18,8 @@ def render(rep: dict) -> str:
     for r in rep["runs"]:
         out += _run(r)
     if rep.get("plots"):
-        out += ["## Plots", "", "Stars mark each run's best, dashed red lines a stop, red triangles alerts, dotted "
-                "lines change points.", ""]
+        out += ["## Plots", "", "Stars mark each run's best, dashed red lines a stop, red triangles the alerts on "
+                "the plotted metric, dotted lines change points.", ""]
         out += [f"![{m}]({path})" for m, path in rep["plots"].items()]
         out.append("")
     elif rep.get("plots_note"):
@@ -122,10 +122,14 @@ def _metric_notes(m: str, s: dict) -> list[str]:
         out.append(f"- {m}: {', '.join(moves)}.")
     wd = s.get("worst_drop")
     if wd:
-        z = f"{wd['z']:.1f} sigma" if wd["z"] is not None else "noise unknown"
         rec = "; it recovered within two evaluations" if wd["recovered_within_2_evals"] else ""
-        out.append(f"- {m}: deepest drop at step {wd['step']} ({fmt(wd['value'])}, {wd['pct']:+.1f}% from the best "
-                   f"so far {fmt(wd['from_best'])} at step {wd['best_step']}) is {z}{rec}: **{wd['verdict']}**.")
+        where = (f"- {m}: deepest drop at step {wd['step']} ({fmt(wd['value'])}, {wd['pct']:+.1f}% from the best "
+                 f"so far {fmt(wd['from_best'])} at step {wd['best_step']})")
+        if wd["verdict"] == "cannot_tell":
+            out.append(f"{where}: too few evaluations to judge it against the noise (4 or more needed).")
+        else:
+            z = f" is {wd['z']:.1f} sigma" if wd["z"] is not None else ""
+            out.append(f"{where}{z}{rec}: **{wd['verdict']}**.")
     for c in s.get("change_points", []):
         out.append(f"- {m}: change point at step {c['step']}: level {fmt(c['before'])} -> {fmt(c['after'])} "
                    f"({c['pct']:+.1f}%).")
