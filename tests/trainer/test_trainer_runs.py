@@ -32,6 +32,10 @@ def test_healthy_run_learns_and_is_not_stopped(healthy):
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl") if (out / "rlguard" / "decisions.jsonl").exists() else []
     assert not [d for d in decisions if d["severity"] != "info"], decisions
     assert (out / "checkpoints" / "step-80" / "model" / "config.json").is_file()
+    # what it saves, and where, was said once at the start; it saved nothing else
+    assert r.stderr.count(f"rlguard-train: saves {out / 'checkpoints'}/step-<N> at each new best evaluation") == 1
+    bests = {d["step"] for d in decisions if d["kind"] == "new_best"}
+    assert {int(p.name[5:]) for p in (out / "checkpoints").glob("step-*")} <= bests | {80}
     # the end-of-run summary counts and lists every metric key the run logged, alike
     count, mapped, unmapped = watched_keys(r.stderr)
     assert count == len(mapped) + len(unmapped) == len({k for row in rows for k in row} - {"step"}), r.stderr[-1500:]

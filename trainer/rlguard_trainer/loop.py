@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -48,6 +49,8 @@ def train(cfg: TrainConfig, task: Task | None = None) -> dict:
     ``task``: the one the command line checked already (else loaded here)."""
     run = setup(cfg, task)
     acc, out = run.acc, run.out
+    if acc.is_main_process:
+        print(saving_line(cfg, out), file=sys.stderr)  # what will be saved, and where: said once
     ranks = rank_sum(acc)  # the processes really talk: all-reduce of their rank ids
     bar = _progress(cfg, acc, run.start)
     step_ends: list[float] = []  # wall clock at the end of each step (for benchmarks)
@@ -87,6 +90,13 @@ def train(cfg: TrainConfig, task: Task | None = None) -> dict:
             "onset": stopped.onset if stopped else None, "keep": keep.line() if stopped else None,
             "checkpoint": run.saved.get(step), "alerts": run.guard.alarms, "max_steps": cfg.max_steps,
             "output_dir": str(out), "watched": run.guard.watched()}
+
+
+def saving_line(cfg: TrainConfig, out: Path) -> str:
+    """What this run saves, and where (the trainer saves only these; never inside an incident)."""
+    every = f"every {cfg.save_every} steps, " if cfg.save_every else ""
+    return (f"rlguard-train: saves {out / 'checkpoints'}/step-<N> {every}at each new best evaluation, "
+            "at a stop no incident caused and at the end of the run (--save-every N: also every N steps)")
 
 
 def setup(cfg: TrainConfig, task: Task | None = None) -> Run:
