@@ -132,7 +132,8 @@ def test_report_on_the_trl_run_with_eval_and_constant_reward(trl_run, tmp_path, 
                             "--out", tmp_path / "g"], capsys)
     assert rc == 0, err
     md = (tmp_path / "g" / "report.md").read_text()
-    assert "higher is better" not in md and "| grad_norm | no better side | - | - |" in md
+    # named as alerts name it, the TensorBoard tag in brackets (issue 47.9)
+    assert "higher is better" not in md and "| grad_norm [train/grad_norm] | no better side | - | - |" in md
     g = json.loads((tmp_path / "g" / "report.json").read_text())["runs"][0]["metrics"]["grad_norm"]
     assert "best" not in g and g["worst_drop"] is None
 
