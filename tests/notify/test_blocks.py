@@ -158,3 +158,30 @@ def test_a_1000_alert_group_is_bounded_and_says_how_many_were_left_out():
     assert "… and 980 more alert(s) not listed (1000 in all)." in body
     assert all(units(t) <= 3000 for t in texts(p))
     assert len(json.dumps(p)) < 100_000
+
+
+def test_a_resolution_names_what_still_fires_and_a_nan_is_never_healthy():
+    """Issues 47.5 and 52.5: "grad_norm back to normal" at 1e6; a NaN "resolved" as if healthy."""
+    climb = make_alert(rule="RLG-GRAD-NORM-CLIMB", kind="grad_explosion", metric="grad_norm", status="resolved",
+                       step=251, value=1e6, message="grad_norm back to normal")
+    extreme = make_alert(rule="RLG-GRAD-NORM-EXTREME", kind="grad_explosion", metric="grad_norm", step=178,
+                         value=1e6)
+    m = Message(key="k", group_key="run-a", status="resolved", alerts=[climb], still=[extreme])
+    body = "\n".join(texts(render(m)))
+    assert "not back to normal: `grad_norm` still triggers RLG-GRAD-NORM-EXTREME" in body
+    assert "back to normal\n" not in body and "Details" not in body
+    nan = make_alert(metric="train_loss", status="resolved", step=22, value=0.5, message="train_loss back to normal")
+    p = render(msg(nan))
+    assert p["blocks"][0]["text"]["text"] == ":warning: No new non-finite value: nonfinite"
+    assert "the run is not known healthy" in "\n".join(texts(p)) and "white_check_mark" not in json.dumps(p)
+    assert p["text"] == "rlguard: no new non-finite train_loss in run run-a since step 22; the run is not known healthy"
+
+
+def test_a_stop_that_cleared_before_its_message_is_not_counted_firing():
+    """Issue 47.5: "Firing 2" for alerts that had resolved 20 s before the message."""
+    fired = make_alert(action="stop", step=21)
+    cleared = make_alert(action="stop", step=22, status="resolved", message="loss back to normal")
+    p = render(Message(key="k", group_key="run-a", status="resolved", alerts=[fired, cleared]))
+    assert fields(p)["Firing"] == "0" and fields(p)["Resolved"] == "1"
+    assert p["blocks"][0]["text"]["text"].startswith(":rotating_light: 1 alert fired and cleared before this message")
+    assert "fired at step 21" in "\n".join(texts(p)) and "rlguard: 0 firing, 1 resolved" in p["text"]

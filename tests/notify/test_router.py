@@ -197,3 +197,21 @@ def test_late_stop_survives_the_router_state():
     r2.load_state_dict(r.state_dict())
     (msg,) = r2.route([], now=30)
     assert msg.alerts[0].status == "firing" and msg.passed == [msg.alerts[0]]
+
+
+def test_a_new_nonfinite_episode_is_told_a_flapping_warning_is_not():
+    """Issue 47.5: a second NaN burst after the first ended was a 'flap' and never told."""
+    r = router()
+    r.route([make_alert(step=10)], now=0)
+    assert len(r.route([], now=WAIT)) == 1
+    r.route([make_alert(step=11, status="resolved")], now=WAIT + 1)
+    r.route([make_alert(step=16)], now=WAIT + 5)  # a new burst before the next message was due
+    (m,) = r.route([], now=WAIT + INTERVAL)
+    assert [(a.step, a.status) for a in m.alerts] == [(16, "firing"), (11, "resolved")]
+    assert [a.step for a in m.firing] == [16] and m.passed == []  # the first episode's end, the second's start
+    spike = Router(group_wait=WAIT, group_interval=INTERVAL)  # the same for another kind: a flap, silence
+    spike.route([make_alert(kind="loss_spike", step=10)], now=0)
+    spike.route([], now=WAIT)
+    spike.route([make_alert(kind="loss_spike", step=11, status="resolved")], now=WAIT + 1)
+    spike.route([make_alert(kind="loss_spike", step=16)], now=WAIT + 5)
+    assert spike.route([], now=WAIT + INTERVAL) == []
