@@ -64,9 +64,11 @@ def test_trl_logprob_gap_that_keeps_rising_warns_and_one_that_spikes_and_returns
     rng = np.random.default_rng(1)
     n = 120
     flat = noisy(rng, 0.011, n)
-    fast = flat.copy()
-    fast[60:90] *= np.linspace(1, 3.3, 30)  # vime#64's SGLang run: 0.011 -> 0.036 over 30 steps
-    fast[90:] *= 3.3
+    vime = flat.copy()
+    vime[60:90] *= np.linspace(1, 3.3, 30)  # vime#64's SGLang run: 0.011 -> 0.036 over 30 steps
+    vime[90:] *= 3.3  # and it stays
+    runaway = flat.copy()
+    runaway[60:] *= 2.0 ** (np.arange(n - 60) / 10)  # doubling every 10 steps
     slow = flat.copy()
     slow[20:] *= np.linspace(1, 4, n - 20)  # open-instruct#1473: a rise over the whole run
     spikes = flat.copy()
@@ -74,21 +76,20 @@ def test_trl_logprob_gap_that_keeps_rising_warns_and_one_that_spikes_and_returns
         spikes[at] *= k  # batches of odd completions: the gap comes back at once
     calm = np.full(n, 0.02)
 
-    alerts, err = check(trainer_state(tmp_path / "trainer_state.json", trl_rows(fast, calm)))
-    got = dict(firing(alerts))
-    assert set(got) == {"RLG-MISMATCH-RISING", "RLG-MISMATCH-DRIFT"}, alerts
-    assert 75 < got["RLG-MISMATCH-RISING"] <= 90  # on the rise, before it levels off
-    assert "rollout_logp_diff<-sampling/sampling_logp_difference/mean" in err
+    def rules_fired(name, gap):
+        (tmp_path / name).mkdir()
+        alerts, err = check(trainer_state(tmp_path / name / "trainer_state.json", trl_rows(gap, calm)))
+        assert "rollout_logp_diff<-sampling/sampling_logp_difference/mean" in err
+        return dict(firing(alerts))
 
-    (tmp_path / "slow").mkdir()
-    alerts, _ = check(trainer_state(tmp_path / "slow" / "trainer_state.json", trl_rows(slow, calm)))
-    got = dict(firing(alerts))
-    assert set(got) == {"RLG-MISMATCH-DRIFT"}, alerts  # too slow for any short window
-    assert got["RLG-MISMATCH-DRIFT"] < n
-
-    (tmp_path / "twin").mkdir()
-    alerts, _ = check(trainer_state(tmp_path / "twin" / "trainer_state.json", trl_rows(spikes, calm)))
-    assert firing(alerts) == set()
+    got = rules_fired("vime", vime)
+    assert set(got) == {"RLG-MISMATCH-DRIFT"} and got["RLG-MISMATCH-DRIFT"] < 105  # 15 records into the plateau
+    got = rules_fired("runaway", runaway)
+    assert set(got) == {"RLG-MISMATCH-RISING", "RLG-MISMATCH-DRIFT"}
+    assert got["RLG-MISMATCH-RISING"] <= 95  # 35 steps into a doubling every 10
+    got = rules_fired("slow", slow)
+    assert set(got) == {"RLG-MISMATCH-DRIFT"}  # too slow for any short window
+    assert rules_fired("twin", spikes) == {}
 
 
 def test_trl_importance_weights_masked_for_most_of_the_batch_warn_then_stop(tmp_path):
@@ -143,8 +144,7 @@ def test_verl_probability_gap_and_correlation_past_their_bounds_warn_and_spikes_
     log.write_text(verl_lines(n, bad_diff, bad_corr, clip))
     alerts, err = check(log)
     got = {r: s for r, s in sorted(firing(alerts), key=lambda t: -t[1])}
-    assert set(got) == {"RLG-MISMATCH-PROB-DIFF", "RLG-MISMATCH-CORRELATION", "RLG-MISMATCH-RISING",
-                        "RLG-MISMATCH-DRIFT"}, alerts
+    assert {"RLG-MISMATCH-PROB-DIFF", "RLG-MISMATCH-CORRELATION", "RLG-MISMATCH-DRIFT"} <= set(got), alerts
     assert got["RLG-MISMATCH-PROB-DIFF"] == 62  # the median of 9 crosses at step 55, held 8 records
     assert got["RLG-MISMATCH-CORRELATION"] <= 65
     assert "verl_console" in err or "verl" in err

@@ -79,6 +79,7 @@ class Kind(str, Enum):
     REWARD_MISSING = "reward_missing"
     TRAIN_INFER_MISMATCH = "train_infer_mismatch"
     IS_SATURATION = "is_saturation"
+    REWARD_HACKING = "reward_hacking"
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,17 @@ What a naive rule flags and these runs do, on purpose:
 - NeMo-RL's ``token_mult_prob_error`` sits at 1.003-1.02 with excursions to 1.1-1.5;
 - the share of importance weights truncated or masked is a few percent, with stale batches of
   20-90% for a step or two; the surrogate's clip fraction is verl's 0.002-0.2;
-- asynchronous verl runs train on trajectories 0.5-2 policy versions old.
+- asynchronous verl runs train on trajectories 0.5-2 policy versions old;
+- reward components rise together with the total (TRL's ``rewards/<fn>/mean``), a format
+  component's share growing to 5-30% of the total early in the run (it is learnt first), so
+  correctness rises more slowly than the total for a while;
+- an evaluation reward, every 1/8-1/40 of the run, follows the policy's level (the simulated
+  policy improves monotonically; fixed held-out prompts see neither the batches' sampling noise
+  nor the training prompts' drift) at 85-100% of it, with the noise of 200-1,000 held-out
+  prompts.
 
-Which trainer's keys a run logs: a GRPO (TRL) run logs TRL's vLLM importance-sampling keys
+Which trainer's keys a run logs (components: half of GRPO runs; an evaluation reward: half of
+GRPO and PPO runs, ``eval_reward`` for TRL, ``val/test_score/openai/gsm8k`` for verl): a GRPO (TRL) run logs TRL's vLLM importance-sampling keys
 (half of runs: those with ``vllm_importance_sampling_correction``), NeMo-RL's two keys (a
 quarter), or neither; a PPO (verl) run logs verl's rollout-probability keys (half), its
 ``actor/pg_clipfrac`` (all) and trajectory staleness (half: the asynchronous ones). What is
@@ -29,6 +37,8 @@ import math
 import numpy as np
 
 TAG = 48  # the issue: appended to the run's seed key
+#: logged on evaluation steps only (NaN elsewhere): the value at the record's last step
+SPARSE = frozenset({"eval_reward", "val/test_score/openai/gsm8k"})
 
 
 def rng_for(key: list[int]) -> np.random.Generator:
@@ -86,13 +96,51 @@ def verl_rollout(rng, n: int, noise) -> dict[str, np.ndarray]:
     return m
 
 
-def modern(family: str, key: list[int], n: int, noise_cls, model: str) -> dict[str, np.ndarray]:
-    """The issue-48 metrics of one healthy run of ``family`` (``n`` steps), or none."""
+def components(rng, n: int, noise, reward: np.ndarray) -> dict[str, np.ndarray]:
+    """TRL's per-function means of a total ``reward`` = accuracy + format."""
+    share = rng.uniform(0.05, 0.3) * (1 - np.exp(-np.arange(n) / rng.uniform(10, 100)))
+    share = np.clip(share + 0.02 * noise.draw(), 0, 0.9)
+    return {"rewards/accuracy_reward/mean": reward * (1 - share), "rewards/format_reward/mean": reward * share}
+
+
+def evaluation(rng, n: int, interval: int, reward: np.ndarray, key: str) -> dict[str, np.ndarray]:
+    """An evaluation reward every 1/8-1/40 of the run, at the training reward's recent level."""
+    records = max(1, n // interval)
+    every = interval * max(1, records // int(rng.integers(8, 40)))
+    # the policy's level: the simulated policy improves monotonically (sim.reward_level), and
+    # fixed held-out prompts see neither the batches' sampling noise nor the drift of the
+    # training prompts' difficulty (sim's AR(1) wander): the running maximum of the training
+    # reward's centred mean over a fifth of the run (at least 100 steps)
+    half = max(50, n // 10)
+    c = np.concatenate([[0.0], np.cumsum(reward)])
+    lo, hi = np.maximum(np.arange(n) - half, 0), np.minimum(np.arange(n) + half + 1, n)
+    level = np.maximum.accumulate((c[hi] - c[lo]) / (hi - lo))
+    top = max(float(np.abs(reward).max()), 1e-9)
+    p = np.clip(level / top, 0.01, 0.99)
+    sd = np.sqrt(p * (1 - p) / int(rng.integers(200, 1001))) * top
+    out = np.full(n, np.nan)
+    at = np.arange(every - 1, n, every)
+    out[at] = rng.uniform(0.85, 1.0) * level[at] + sd[at] * rng.standard_normal(len(at))
+    return {key: out}
+
+
+def modern(family: str, key: list[int], n: int, interval: int, noise_cls, model: str,
+           m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The issue-48 metrics of one healthy run of ``family`` (``n`` steps, logged every
+    ``interval``), or none; ``m`` holds the run's other metrics (read, never changed)."""
     if family not in ("grpo", "ppo"):
         return {}
     rng = rng_for(key)
     noise = noise_cls(model, rng, n)
     if family == "ppo":
-        return verl_rollout(rng, n, noise)
+        out = verl_rollout(rng, n, noise)
+        if rng.random() < 0.5:
+            out |= evaluation(rng, n, interval, m["critic/score/mean"], "val/test_score/openai/gsm8k")
+        return out
     u = rng.random()
-    return trl_sampling(rng, n, noise) if u < 0.5 else nemo_errors(rng, n, noise) if u < 0.75 else {}
+    out = trl_sampling(rng, n, noise) if u < 0.5 else nemo_errors(rng, n, noise) if u < 0.75 else {}
+    if rng.random() < 0.5:
+        out |= components(rng, n, noise, m["reward"])
+    if rng.random() < 0.5:
+        out |= evaluation(rng, n, interval, m["reward"], "eval_reward")
+    return out

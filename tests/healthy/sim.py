@@ -47,7 +47,7 @@ import numpy as np
 
 from rlguard.sources.base import LogRecord
 
-from modern import modern
+from modern import SPARSE, modern
 
 FAMILIES = ("grpo", "ppo", "dpo", "sft")
 NOISES = ("gauss", "t3", "tiny_group", "ar1", "outliers", "learning_curve", "warmup")
@@ -376,7 +376,7 @@ def simulate(spec: RunSpec) -> list[LogRecord]:
     else:
         m = {"grpo": grpo, "ppo": ppo, "dpo": dpo}[spec.family](rng, n, noise)
     # issue 48's metrics, from a generator of their own: the metrics above are drawn as before
-    m.update(modern(spec.family, spec.key(), n, Noise, spec.noise))
+    m.update(modern(spec.family, spec.key(), n, L, Noise, spec.noise, m))
     mean = spec.family != "ppo"  # verl logs each step's own values
     every = L * max(1, spec.records // int(rng.integers(8, 40))) if evals is not None else 0
     out = []
@@ -384,6 +384,10 @@ def simulate(spec: RunSpec) -> list[LogRecord]:
         lo, end = i * L, (i + 1) * L
         row = {}
         for k, v in m.items():
+            if k in SPARSE:  # an evaluation: on its own steps only
+                if not math.isnan(v[end - 1]):
+                    row[k] = float(v[end - 1])
+                continue
             val = float(v[end - 1]) if (k in AT_STEP or not mean) else float(v[lo:end].mean())
             row[k] = round(val, 4) if k == "loss" else val
         if every and end % every == 0:

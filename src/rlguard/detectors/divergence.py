@@ -8,8 +8,17 @@ noise once there are enough evaluations to estimate it), and the training value 
 since the best by more than ``min_fall`` of its level and ``fall_k`` standard errors of the
 smoothed training values (so a training loss that only wanders around zero, as GRPO's does,
 never counts as falling): the model is fitting the training data and losing the held-out data.
+
+``mode: max`` reads both metrics the other way up (higher is better): a reward that stays below
+its best while its companion keeps rising (an evaluation reward falling while the training
+reward climbs; a correctness reward falling while the total climbs: reward hacking).
+``own_smooth`` judges the mean of the metric's own last N samples instead of each sample: a
+densely logged, noisy metric (a per-step reward component) has a best that is a maximum of its
+noise, and a single record below it says nothing.
 """
 from __future__ import annotations
+
+from typing import Literal
 
 import numpy as np
 from pydantic import Field
@@ -38,6 +47,12 @@ class Divergence(Detector):
         require_companion: bool = Field(True, description=(
             "False: judge the validation metric alone where the companion was never logged "
             "(a rise above the best by min_rise and the noise, for min_evals_above_best evaluations)"))
+        mode: Literal["min", "max"] = Field("min", description=(
+            "min: lower is better (a loss rising above its best while the companion falls); max: "
+            "higher is better (a reward falling below its best while the companion rises)"))
+        own_smooth: int = Field(1, ge=1, le=50, description=(
+            "judge the mean of the metric's own last N samples (1: each sample): a dense, noisy "
+            "metric's best is otherwise the maximum of its noise"))
 
     def __init__(self, params) -> None:
         super().__init__(params)
@@ -47,15 +62,22 @@ class Divergence(Detector):
         self.se_at_best = 0.0
         self.above = 0
         self.hist: list[float] = []
+        self.own: list[float] = []  # the last own_smooth raw values (oriented), for the level
 
     def scan(self, chunk: Chunk) -> Scan:  # evaluations are sparse: a plain loop is cheap
         p, n = self.p, len(chunk.values)
-        other = chunk.other if chunk.other is not None else np.full(n, np.nan)
+        sign = -1.0 if p.mode == "max" else 1.0  # judged as "lower is better" either way
+        other = sign * chunk.other if chunk.other is not None else np.full(n, np.nan)
         other_se = chunk.other_se if chunk.other_se is not None else np.zeros(n)
         verdict = np.full(n, UNKNOWN, dtype=np.int8)
         rise, ref, ref_step = np.zeros(n), np.zeros(n), np.zeros(n, dtype=np.int64)
-        rows = zip(chunk.steps.tolist(), chunk.values.tolist(), other.tolist(), other_se.tolist())
+        rows = zip(chunk.steps.tolist(), (sign * chunk.values).tolist(), other.tolist(), other_se.tolist())
         for j, (s, v, o, se) in enumerate(rows):
+            if p.own_smooth > 1:
+                self.own = (self.own + [v])[-p.own_smooth:]
+                if len(self.own) < p.own_smooth:
+                    continue  # no level yet: no opinion, no best
+                v = sum(self.own) / len(self.own)
             self.hist = (self.hist + [v])[-50:]
             if self.best is None or v < self.best:
                 self.best, self.best_step, self.above = v, s, 0
@@ -65,7 +87,7 @@ class Divergence(Detector):
             margin = p.min_rise * abs(self.best)
             if len(self.hist) >= 5:
                 margin = max(margin, p.noise_k * robust_sigma_of_diffs(np.array(self.hist)))
-            rise[j], ref[j], ref_step[j] = v - self.best, self.best, self.best_step
+            rise[j], ref[j], ref_step[j] = v - self.best, sign * self.best, self.best_step
             if np.isnan(self.other_at_best) and not np.isnan(o):
                 # the companion was not logged yet at the best: its first value after it stands in
                 self.other_at_best, self.se_at_best = o, se
@@ -83,6 +105,8 @@ class Divergence(Detector):
         return Scan(verdict, rise, ref, ref_step)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
+        if self.p.mode == "max":
+            return self._describe_max(metric, value, stat, ref, ref_step)
         pct = f" (+{stat / abs(ref) * 100:.2g}%)" if ref else ""
         if not self.p.require_companion:
             return (f"{metric} = {fmt(value)} has been above its best {fmt(ref)} (step {ref_step}) for "
@@ -92,11 +116,21 @@ class Divergence(Detector):
                 f"{self.p.min_evals_above_best}+ evaluations{pct} while {self.p.with_metric} kept falling "
                 f"(from {fmt(self.other_at_best)}): over-fitting")
 
+    def _describe_max(self, metric, value, stat, ref, ref_step) -> str:
+        what = f"{metric} (mean of its last {self.p.own_smooth})" if self.p.own_smooth > 1 else metric
+        level = ref - stat  # stat: how far below the best, in the metric's units
+        pct = f" (-{stat / abs(ref) * 100:.2g}%)" if ref else ""
+        head = (f"{what} = {fmt(level)} has been below its best {fmt(ref)} (step {ref_step}) for "
+                f"{self.p.min_evals_above_best}+ records{pct}")
+        if not self.p.require_companion and np.isnan(self.other_at_best):
+            return f"{head}; {self.p.with_metric} is not logged, so it could not be checked against it"
+        return f"{head} while {self.p.with_metric} kept rising (from {fmt(-self.other_at_best)})"
+
     def state_dict(self):
         return {"best": self.best, "best_step": self.best_step, "above": self.above,
                 "other_at_best": None if np.isnan(self.other_at_best) else self.other_at_best,
                 "se_at_best": self.se_at_best,
-                "hist": self.hist}
+                "hist": self.hist, "own": self.own}
 
     def load_state_dict(self, s):
         self.best, self.best_step, self.above = s.get("best"), int(s.get("best_step", -1)), int(s.get("above", 0))
@@ -104,3 +138,4 @@ class Divergence(Detector):
         self.other_at_best = float("nan") if o is None else float(o)
         self.se_at_best = float(s.get("se_at_best", 0.0))
         self.hist = list(s.get("hist", []))
+        self.own = list(s.get("own", []))

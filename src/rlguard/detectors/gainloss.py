@@ -231,9 +231,10 @@ class Drift(Early):
         return Scan(verdict, moved, np.full(n, start), level=level)
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
-        word = "rose" if self.p.direction == "up" else "fell"
-        return (f"{metric} (median of last {self.p.window}) {word} to {fmt(value)} from {fmt(ref)} at "
-                f"the start of the run ({fmt(stat)} {'up' if self.p.direction == 'up' else 'down'})")
+        up = self.p.direction == "up"
+        level = ref + stat if up else ref - stat  # stat: the move from the start, in its direction
+        return (f"{metric} (median of last {self.p.window}) {'rose' if up else 'fell'} to {fmt(level)} from "
+                f"{fmt(ref)} at the start of the run ({fmt(stat)} {'up' if up else 'down'}; latest {fmt(value)})")
 
 
 
