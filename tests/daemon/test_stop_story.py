@@ -176,3 +176,32 @@ def test_a_checkpoint_decision_says_what_the_daemon_can_do(tmp_path, daemon_fact
     assert "checkpoint asked for: saved only by a run with the rlguard callback (the daemon saves none)" in body
     assert "checkpoint saved" not in body
     assert d.stop() == 0
+
+
+def test_a_run_judged_ignoring_that_stops_on_the_request_after_all_is_told_stopped(tmp_path):
+    """The request stays in place once a run that logs on is judged to ignore it: a run that
+    reads it late (a slow callback) and stops is told as stopped, and the gauges follow."""
+    from test_honest import gauge, make, obey
+
+    from rlguard import incarnation
+
+    now = [1000.0]
+    run = tmp_path / "runs" / "late"
+    append(run / "metrics.jsonl", STUCK)
+    incarnation.begin(run, 0)
+    d, sent = make(tmp_path, now)
+    d.poll()
+    assert (run / "RLGUARD_STOP").exists()
+    append(run / "metrics.jsonl", [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(8, 30)])
+    now[0] += 5
+    d.poll()
+    ignored = [a for a in sent if a.rule == "RLG-STOP-IGNORED"]
+    assert len(ignored) == 1 and ignored[0].step == 7 and gauge(d, "rlguard_run_stop_ignored") == 1
+    obey(run)  # it read the request after all
+    now[0] += 5
+    d.poll()
+    done = [a for a in sent if a.rule == "RLG-STOPPED"]
+    assert len(done) == 1 and "after rlguard's stop request" in done[0].message
+    assert gauge(d, "rlguard_run_stopped") == 1 and gauge(d, "rlguard_run_stop_ignored") == 0
+    d.poll()
+    assert len([a for a in sent if a.rule in ("RLG-STOPPED", "RLG-STOP-IGNORED")]) == 2  # each said once

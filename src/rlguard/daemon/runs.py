@@ -269,7 +269,9 @@ class RunMonitor:
                 return None
             out = stops.outcome(self.run_dir, info.stop_incarnation, info.stop_seen, False, False, info.last_step,
                                 info.stopped or "")
-            out = out if out is not None and out.state == "stopped" else None
+            if out is not None:  # stopped on it after all (told), or ended (the request archived): no more to wait for
+                info.stop_standing, self.changed = False, True
+                out = out if out.state == "stopped" else None
         elif info.stop_state != "requested":
             return None
         else:
