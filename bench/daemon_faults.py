@@ -211,6 +211,27 @@ def expected_alerts(tmp: Path, runs: list[str], truth: dict[str, list[dict]]) ->
     return out
 
 
+def replay_disagrees(tmp: Path, truth: dict[str, list[dict]]) -> tuple[set, set]:
+    """Firings and resolutions (run, rule, status, step) the daemon logged that an in-order
+    replay of each complete log has not, and the reverse (issue 52.5: is a "resolved" after a
+    rotation and a kill -9 the rule's own, or the daemon's mistake?). Its own stop outcomes
+    (RLG-STOP-*) are left out: no replay has them."""
+    import re
+
+    from rlguard import Watchdog
+
+    logged = re.findall(r"\[(\w+)\] (firing|resolved) \w+ \w+ \(([\w-]+)\) step (\d+)", (tmp / "daemon.log").read_text())
+    said = {(m[0], m[2], m[1], int(m[3])) for m in logged if m[0] in truth and not m[2].startswith("RLG-STOP")}
+    replayed = set()
+    for run, rows in truth.items():
+        w = Watchdog(run=run)
+        for r in rows:
+            r = dict(r)
+            w.observe(r.pop("step"), r)
+        replayed |= {(run, a.rule, a.status, a.step) for a in w.alerts}
+    return said - replayed, replayed - said
+
+
 def delivered_alerts(state: Path, received: list[tuple[float, dict]]):
     """Map each body Slack received to the outbox message it renders, and list its alerts."""
     from rlguard.notify.blocks import render
@@ -361,8 +382,12 @@ def main(argv=None) -> int:
           f"duplicated {len(dups)} (messages)")
     print(f"first delivery after the outage ended: {delay:.1f} s later; Slack received {len(slack.received)} "
           "message(s)")
+    daemon_only, replay_only = replay_disagrees(tmp, truth)
+    print(f"firings and resolutions in the daemon's log against an in-order replay of each complete log: "
+          f"{len(daemon_only)} the replay has not, {len(replay_only)} the daemon did not log")
     for what, items in (("lost", sorted(lost)), ("unexpected", sorted(extra)), ("duplicated", sorted(dups)),
-                        ("cleared before told", sorted(transient))):
+                        ("cleared before told", sorted(transient)), ("daemon only", sorted(daemon_only)),
+                        ("replay only", sorted(replay_only))):
         for it in items[:10]:
             print(f"  {what}: {it}")
     if small:
