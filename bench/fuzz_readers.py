@@ -2,10 +2,13 @@
 
 For each format, ``--cases`` mutated copies of a real-looking seed log (byte flips, truncation,
 huge numbers, deep nesting, very long lines, NUL bytes, bad UTF-8, steps going backwards or
-huge, null/empty columns, ``.gz`` of it, a gzip bomb) are read through the reader's Python API
+huge, null/empty columns, ``.gz`` of it, a gzip bomb, a record of up to 700,000 distinct keys,
+an integer past int64 in each numeric field of every line) are read, 15% of them as another
+format (``--input-format``), through the reader's Python API
 and replayed through the watchdog, as ``rlguard check`` does. Reported per format: cases,
 uncaught exceptions (the target is 0), p99 time per case, and the process's peak RSS; then a
-sample through the ``rlguard check`` CLI whose exit codes must be 0, 1 or 2.
+sample through the ``rlguard check`` CLI (half with a forced ``--input-format``) whose exit
+codes must be 0, 1 or 2, each case under 10 s and 500 MB, each exit 2 one line naming the file.
 
     python bench/fuzz_readers.py [--cases 100000] [--seed 0] [--formats jsonl,csv,...] [--cli 200]
 
@@ -17,6 +20,7 @@ import argparse
 import gzip
 import json
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -27,7 +31,8 @@ from pathlib import Path
 
 from rlguard.columns import Naming, columnize
 from rlguard.errors import RLGuardError
-from rlguard.sources import open_reader
+from rlguard.sources import READERS, open_reader
+from rlguard.sources.cap import MetricCap
 from rlguard.vocab import Vocabulary
 from rlguard.watchdog import Watchdog
 
@@ -160,13 +165,52 @@ def _line(rng, b: bytes, what: bytes) -> bytes:
 
 
 HUGE = [b"1" + b"0" * 20, b"9" * 400, b"1e999", b"-1e999", b"1" * 5000, b"-5", b"NaN", b"Infinity", b"0x10"]
+#: integers just past int64 / uint64 and far past (a step of 2**70 reached check's int64 step array)
+PAST_INT64 = [b"9223372036854775808", b"18446744073709551616", b"1180591620717411303424", b"-9223372036854775809",
+              b"1" + b"0" * 40]
+_NUMBER = re.compile(rb"(?<![\w.])-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.])")
+
+
+def key_bomb(fmt: str, n: int) -> bytes:
+    """One record of ``n`` distinct metric names in the format's own syntax (the shape that cost
+    ``check`` 24.7 s and 1.15 GB at 700,000 keys before its metric cap)."""
+    keys = [f"k{i}" for i in range(n)]
+    if fmt == "hf_console":
+        return ("{'loss': 0.5, " + ", ".join(f"'{k}': 0.{i % 10}" for i, k in enumerate(keys)) + "}").encode()
+    if fmt == "verl_console":
+        return ("(main_task pid=1) step:31 - " + " - ".join(f"{k}:0.{i % 10}" for i, k in enumerate(keys))).encode()
+    if fmt == "csv":
+        return ("step," + ",".join(keys) + "\n31," + ",".join("0.5" for _ in keys)).encode()
+    if fmt == "verl_jsonl":
+        return json.dumps({"step": 31, "data": {k: 0.5 for k in keys}}).encode()
+    body = json.dumps({"step": 31, **{k: float(i % 7) for i, k in enumerate(keys)}})
+    return body.encode()
+
+
+def past_int64(rng, seed: bytes) -> bytes:
+    """The j-th number of every line (a step, an epoch, a value, a timestamp: every numeric field
+    in turn) replaced by an integer past int64; half the time the JSON step key becomes an
+    integer ``epoch`` and a NaN token sends the line to the stdlib parser, which keeps the
+    integer whole (orjson reads it as a float)."""
+    j, big = rng.randrange(6), rng.choice(PAST_INT64)
+    out = []
+    for line in seed.split(b"\n"):
+        found = list(_NUMBER.finditer(line))
+        if len(found) > j:
+            m = found[j]
+            line = line[:m.start()] + big + line[m.end():]
+        out.append(line)
+    data = b"\n".join(out)
+    if rng.random() < 0.5:
+        data = data.replace(b'"step": ', b'"epoch": ').replace(b'"loss": ', b'"x": NaN, "loss": ', 2)
+    return data
 
 
 def mutate(rng: random.Random, fmt: str, seed: bytes, heavy: bool = True) -> bytes:
     """One mutated copy; ``heavy=False`` keeps the big cases small (the test's quick budget)."""
     big = (lambda *sizes: rng.choice(sizes)) if heavy else (lambda *sizes: min(sizes) // 10)
-    m = rng.randrange(12)
-    if m in (3, 4, 9, 11) and heavy and rng.random() > 0.05:
+    m = rng.randrange(14)
+    if m in (3, 4, 9, 11, 12) and heavy and rng.random() > 0.05:
         m = rng.choice([0, 1, 2, 5, 6, 7, 8])  # the costly cases (MB lines, bombs) in 1 of 20 draws
     if m == 0:
         return _flip(rng, seed)
@@ -199,6 +243,11 @@ def mutate(rng: random.Random, fmt: str, seed: bytes, heavy: bool = True) -> byt
         return seed.replace(b'"loss": ', b'"loss": null, "was": ').replace(b",0.", b",,0.", 3)
     if m == 9:  # digits of a console value, long
         return _line(rng, seed, b"{'loss': " + b"1" * big(16_000, 100_000) + b", 'epoch': 1.0}")
+    if m == 12:  # distinct-key bomb: one record of thousands to 700,000 names
+        n = rng.choice([2_000, 50_000, 700_000]) if heavy else rng.choice([100, 3_000])
+        return _line(rng, seed, key_bomb(fmt, n)) if fmt != "csv" else key_bomb(fmt, n) + b"\n" + seed
+    if m == 13:  # integers past int64 in one numeric field of every line
+        return past_int64(rng, seed)
     if m == 10:  # gzip of a mutation
         return gzip.compress(mutate(rng, fmt, seed, heavy))
     # a small gzip bomb: a few MB of one line (bounded here to keep the bench quick)
@@ -210,19 +259,21 @@ def mutate(rng: random.Random, fmt: str, seed: bytes, heavy: bool = True) -> byt
 READER_OF = {"log_history_list": "trainer_state"}
 
 
-def read_case(path: Path, fmt: str, judge: bool = True) -> None:
-    """What `rlguard check` does with a file, minus the report: read it, build its columns, and
-    (``judge``) run the rules on them. The bench builds columns only: the rules are tested
-    elsewhere, and they would make 100,000 cases per format take hours."""
-    reader = open_reader(str(path), READER_OF.get(fmt, fmt))
+def read_case(path: Path, fmt: str, judge: bool = True, forced: str | None = None) -> None:
+    """What `rlguard check` does with a file, minus the report: read it (with ``forced``, as
+    another format: ``--input-format``), keep at most 2,000 metric names (check's MetricCap),
+    build its columns, and (``judge``) run the rules on them. The bench builds columns only: the
+    rules are tested elsewhere, and they would make 100,000 cases per format take hours."""
+    reader = open_reader(str(path), forced or READER_OF.get(fmt, fmt))
+    cap = MetricCap()
     if judge:
         wd = Watchdog(run="fuzz")
-        for batch in reader.batches(str(path), 5000):
-            wd.ingest(batch)
+        for batch in reader.batches(str(path), 5000, columnar=True):
+            wd.ingest(cap.bound(batch))
         return
     naming, prev, seq = Naming(VOCAB), None, 0
-    for batch in reader.batches(str(path), 5000):
-        chunk = columnize(batch, naming, seq, prev)
+    for batch in reader.batches(str(path), 5000, columnar=True):
+        chunk = columnize(cap.bound(batch), naming, seq, prev)
         seq, prev = seq + len(batch), chunk.last
 
 
@@ -237,9 +288,10 @@ def run(formats: dict[str, bytes], cases: int, seed: int, progress: bool = True,
             for i in range(cases):
                 data = mutate(rng, fmt, base, heavy)
                 path = write_case(Path(d), fmt, data)
+                forced = rng.choice(sorted(READERS)) if rng.random() < 0.15 else None  # --input-format
                 t0 = time.perf_counter()
                 try:
-                    read_case(path, fmt, judge)
+                    read_case(path, fmt, judge, forced)
                 except RLGuardError:
                     pass  # a clear, named error is the right answer to unusable input
                 except Exception:  # noqa: BLE001 - what the bench counts
@@ -257,18 +309,43 @@ def run(formats: dict[str, bytes], cases: int, seed: int, progress: bool = True,
     return results
 
 
-def cli_sample(formats: dict[str, bytes], n: int, seed: int) -> dict[int, int]:
-    """Exit codes of `rlguard check` on n mutated files (0/1: a verdict, 2: unusable input)."""
+#: what one `rlguard check` of a hostile case may cost (issue 52's bar)
+MAX_SECONDS, MAX_MB = 10.0, 500
+
+
+def cli_sample(formats: dict[str, bytes], n: int, seed: int, heavy: bool = True,
+               worst: dict | None = None) -> dict[int, int]:
+    """Exit codes of `rlguard check` on n mutated files (0/1: a verdict, 2: unusable input), half
+    of them with a forced ``--input-format``. ``worst`` gets the slowest case's seconds, the
+    largest peak RSS (MB) of a check, the cases over 10 s or 500 MB, and the stderr lines of
+    exit-2 answers that are not one line naming the file (each capped at 5)."""
     rng = random.Random(seed + 1)
     codes: dict[int, int] = {}
+    worst = {} if worst is None else worst
+    worst.update(seconds=0.0, mb=0.0, over=[], unnamed=[])
     exe = str(Path(sys.executable).with_name("rlguard"))
+    wrap = ("import resource, subprocess, sys; r = subprocess.run(sys.argv[1:], capture_output=True, text=True); "
+            "sys.stderr.write(r.stderr); print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
     with tempfile.TemporaryDirectory() as d:
         for i in range(n):
             (Path(d) / f"c{i}").mkdir()
             fmt = rng.choice(sorted(formats))
-            path = write_case(Path(d) / f"c{i}", fmt, mutate(rng, fmt, formats[fmt]))
-            rc = subprocess.run([exe, "check", str(path)], capture_output=True, timeout=120).returncode
+            path = write_case(Path(d) / f"c{i}", fmt, mutate(rng, fmt, formats[fmt], heavy))
+            forced = ["--input-format", rng.choice(sorted(READERS))] if rng.random() < 0.5 else []
+            t0 = time.perf_counter()
+            p = subprocess.run([sys.executable, "-c", wrap, exe, "check", str(path), *forced], capture_output=True,
+                               text=True, timeout=120)
+            took = time.perf_counter() - t0
+            rc_text, kb = p.stdout.split()
+            rc, mb = int(rc_text), int(kb) / 1024
             codes[rc] = codes.get(rc, 0) + 1
+            worst["seconds"], worst["mb"] = max(worst["seconds"], took), max(worst["mb"], mb)
+            if (took > MAX_SECONDS or mb > MAX_MB) and len(worst["over"]) < 5:
+                worst["over"].append(f"{fmt} {' '.join(forced)}: {took:.1f} s, {mb:.0f} MB")
+            lines = p.stderr.strip().splitlines()
+            if rc == 2 and (len(lines) != 1 or str(path) not in lines[0] and "--" not in lines[0]):
+                if len(worst["unnamed"]) < 5:
+                    worst["unnamed"].append(f"{fmt} {' '.join(forced)}: {p.stderr.strip()[:200]!r}")
     return codes
 
 
@@ -292,10 +369,16 @@ def main(argv=None) -> int:
             print("  first uncaught:\n" + "\n".join("    " + ln for ln in r["first"].splitlines()))
     print(f"peak RSS of the fuzzing process: {peak:.0f} MB")
     if args.cli:
-        codes = cli_sample(formats, args.cli, args.seed)
-        print(f"rlguard check on {args.cli} mutated files: exit codes {dict(sorted(codes.items()))} "
-              f"(anything but 0, 1, 2 is a failure)")
-        if set(codes) - {0, 1, 2}:
+        worst: dict = {}
+        codes = cli_sample(formats, args.cli, args.seed, worst=worst)
+        print(f"rlguard check on {args.cli} mutated files (half with a forced --input-format): exit codes "
+              f"{dict(sorted(codes.items()))} (anything but 0, 1, 2 is a failure); slowest {worst['seconds']:.1f} s, "
+              f"largest peak {worst['mb']:.0f} MB (bar: {MAX_SECONDS:g} s, {MAX_MB} MB)")
+        for line in worst["over"]:
+            print(f"  over the bar: {line}")
+        for line in worst["unnamed"]:
+            print(f"  exit 2 not one line naming the file: {line}")
+        if set(codes) - {0, 1, 2} or worst["over"] or worst["unnamed"]:
             return 1
     return 1 if any(r["uncaught"] for r in res.values()) else 0
 
