@@ -30,7 +30,8 @@ from typing import IO, Any, Callable, Iterable, Iterator, Sequence
 from .base import MAX_STEP, LogRecord, ReadStats, Reader
 from .blanks import null_of
 from .block import block_of
-from ._common import (MAX_DEPTH, MAX_LINE, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short,
+from . import _common
+from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short,
                       to_step, too_deep)
 from ..errors import LogFormatError
 
@@ -70,7 +71,9 @@ def slow_loads(raw: bytes, line: int, stats: ReadStats) -> Any:
         stats.skipped_lines += 1
         return None
     if raw == b"\x00\n":  # what the line cutter hands on for a line over the cap (never held whole)
-        note_bad(stats, line, f"longer than the {MAX_LINE >> 20} MiB line cap: skipped, not read")
+        cap = _common.MAX_LINE
+        size = f"{cap >> 20} MiB" if cap % (1 << 20) == 0 else f"{cap}-byte"
+        note_bad(stats, line, f"longer than the {size} line cap: skipped, not read")
         return None
     if too_deep(raw):
         note_bad(stats, line, f"nested deeper than {MAX_DEPTH} levels: not a log record")
