@@ -104,12 +104,16 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
 
 
 def checkpoint_line(ckpts: list[Decision]) -> str:
-    """The checkpoint decisions, one per step: a step logged in several records (an evaluation
-    beside a train row, a resumed log) can give two decisions at one step, one save."""
+    """The checkpoint decisions, one entry per step with its reasons: two decisions at one step
+    (a new best beside a rule's checkpoint, or two records logged at one step) are one save."""
     if not ckpts:
         return ""
-    steps = list(dict.fromkeys(d.step for d in ckpts))
-    again = (f"; {len(ckpts) - len(steps)} more at a step already named (records that share a step)"
-             if len(ckpts) > len(steps) else "")
-    return (f"  checkpoint decisions at {len(steps)} step(s): " + ", ".join(map(str, steps[:12]))
-            + (" ..." if len(steps) > 12 else "") + f"{again}\n")
+    why: dict[int, dict[str, int]] = {}
+    for d in ckpts:
+        reason = f"rule {d.alert.rule}" if d.alert is not None else f"new best {d.metric}"
+        counts = why.setdefault(d.step, {})
+        counts[reason] = counts.get(reason, 0) + 1
+    shown = [f"{step} ({'; '.join(r + (f' x{n}' if n > 1 else '') for r, n in reasons.items())})"
+             for step, reasons in list(why.items())[:12]]
+    return (f"  checkpoint decisions at {len(why)} step(s): " + ", ".join(shown)
+            + (" ..." if len(why) > 12 else "") + "\n")
