@@ -86,3 +86,21 @@ def test_a_console_log_newer_than_the_checkpoint_is_named(stopped_run, tmp_path)
     r = cli("check", out)
     assert (f"note: train.log was written 60 s after the log read ({ckpt.name}/trainer_state.json): the run went "
             f"on past it; its last steps may be there (rlguard check {out / 'train.log'})") in r.stdout, r.stdout
+
+
+def test_archived_stop_requests_are_said_with_their_outcome(tmp_path):
+    """A daemon's request for an earlier incarnation, ignored and archived by the run's own
+    reader (stopfile.take_stop_request, what the in-loop guard calls), is shown from rlguard/stops/."""
+    from rlguard.stopfile import take_stop_request, write_stop_request
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 0.5}) + "\n" for s in range(1, 9)))
+    assert write_stop_request(run, {"reason": "kl high", "step": 7, "source": "rlguard daemon",
+                                    "incarnation": "aaaa"})
+    assert take_stop_request(run, incarnation="bbbb") is None  # for another run: ignored, archived
+    r = cli("check", run)
+    assert r.returncode == 0, r.stderr
+    assert ("live (rlguard/stops/): a stop request ignored (for step 7, by rlguard daemon): names run aaaa, not "
+            "this run (bbbb).") in r.stdout
+    assert "replay of " in r.stdout and "no stop: the run would have continued to the end." in r.stdout
