@@ -80,6 +80,8 @@ class Kind(str, Enum):
     TRAIN_INFER_MISMATCH = "train_infer_mismatch"
     IS_SATURATION = "is_saturation"
     REWARD_HACKING = "reward_hacking"
+    THROUGHPUT_DROP = "throughput_drop"
+    MEMORY_GROWTH = "memory_growth"
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,8 @@ What a naive rule flags and these runs do, on purpose:
   prompts.
 
 Which trainer's keys a run logs (components: half of GRPO runs; an evaluation reward: half of
-GRPO and PPO runs, ``eval_reward`` for TRL, ``val/test_score/openai/gsm8k`` for verl): a GRPO (TRL) run logs TRL's vLLM importance-sampling keys
+GRPO and PPO runs, ``eval_reward`` for TRL, ``val/test_score/openai/gsm8k`` for verl; verl's
+timing, throughput and memory: every PPO run): a GRPO (TRL) run logs TRL's vLLM importance-sampling keys
 (half of runs: those with ``vllm_importance_sampling_correction``), NeMo-RL's two keys (a
 quarter), or neither; a PPO (verl) run logs verl's rollout-probability keys (half), its
 ``actor/pg_clipfrac`` (all) and trajectory staleness (half: the asynchronous ones). What is
@@ -124,6 +125,26 @@ def evaluation(rng, n: int, interval: int, reward: np.ndarray, key: str) -> dict
     return {key: out}
 
 
+def verl_perf(rng, n: int, noise, length: np.ndarray) -> dict[str, np.ndarray]:
+    """verl's timing_s/step, perf/throughput and memory of a healthy run."""
+    t = np.arange(n)
+    slow = np.ones(n)
+    ev, save = int(rng.integers(max(2, n // 40), max(3, n // 8))), int(rng.integers(max(2, n // 20), max(3, n // 4)))
+    slow[t % ev == ev - 1] *= rng.uniform(1.5, 4.0)  # a validation pass inside the step
+    slow[t % save == save - 1] *= rng.uniform(1.2, 3.0)  # a checkpoint save inside the step
+    work = length / length[: max(1, n // 20)].mean()  # longer completions, longer steps
+    step = rng.uniform(20, 600) * work * np.exp(0.05 * noise.draw()) * slow
+    tokens = rng.uniform(500, 5000) * work * rng.uniform(20, 600)
+    period, amp = int(rng.integers(1, 21)), rng.uniform(0.05, 0.3)
+    ramp = 0.4 + 0.6 * np.clip(t / rng.uniform(3, 15), 0, 1)
+    creep = 1 + rng.uniform(0, 0.05) * t / n
+    host = rng.uniform(30, 300) * ramp * creep * (1 + amp * (t % period) / max(period - 1, 1))
+    gpu = rng.uniform(20, 75) * (1 + 0.1 * rng.random(n)) * np.minimum(ramp / 0.6, 1)
+    return {"timing_s/step": step, "perf/throughput": tokens / step,
+            "perf/cpu_memory_used_gb": host * np.exp(0.01 * noise.draw()),
+            "perf/max_memory_allocated_gb": gpu}
+
+
 def modern(family: str, key: list[int], n: int, interval: int, noise_cls, model: str,
            m: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The issue-48 metrics of one healthy run of ``family`` (``n`` steps, logged every
@@ -133,7 +154,7 @@ def modern(family: str, key: list[int], n: int, interval: int, noise_cls, model:
     rng = rng_for(key)
     noise = noise_cls(model, rng, n)
     if family == "ppo":
-        out = verl_rollout(rng, n, noise)
+        out = verl_rollout(rng, n, noise) | verl_perf(rng, n, noise, m["response_length/mean"])
         if rng.random() < 0.5:
             out |= evaluation(rng, n, interval, m["critic/score/mean"], "val/test_score/openai/gsm8k")
         return out
