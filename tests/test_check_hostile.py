@@ -54,10 +54,10 @@ def test_a_line_over_the_16_mib_cap_is_said_to_be_over_the_cap(tmp_path):
     assert "invalid JSON" not in r.stdout
 
 
-PEAK = """import resource, subprocess, sys, time
-t = time.monotonic()
+PEAK = """import resource, subprocess, sys
 r = subprocess.run([sys.executable, "-m", "rlguard", "check", *sys.argv[1:]], capture_output=True, text=True)
-print(r.returncode, round(time.monotonic() - t, 2), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(r.returncode, round(u.ru_utime + u.ru_stime, 2), u.ru_maxrss)
 sys.stdout.write(r.stdout + r.stderr)
 """
 
@@ -68,10 +68,10 @@ def test_a_line_of_700000_distinct_keys_is_bounded_like_the_daemon_and_said(tmp_
     bomb = {"step": 1, "loss": 0.5, **{f"k{i}": float(i) for i in range(700_000)}}
     log.write_text(json.dumps({"step": 0, "loss": 0.4}) + "\n" + json.dumps(bomb) + "\n")
     r = subprocess.run([sys.executable, "-c", PEAK, str(log)], capture_output=True, text=True, timeout=300)
-    code, seconds, peak_kb = r.stdout.split("\n", 1)[0].split()
+    code, cpu_seconds, peak_kb = r.stdout.split("\n", 1)[0].split()
     assert code == "0", r.stdout
     assert int(peak_kb) < 500 * 1024, f"peak {int(peak_kb) >> 10} MB"
-    assert float(seconds) < 20, seconds
+    assert float(cpu_seconds) < 10, cpu_seconds  # CPU time: 2.7 s here (wall time varies with the machine's load)
     assert ("more than 2000 distinct metric names: the first 2000 were judged, 698001 value(s) of over 8000 "
             "names past them were dropped (first 'k1999' at line 2)") in r.stdout
     # the cap is the user's to move, and a record's names past it are dropped, not the record
