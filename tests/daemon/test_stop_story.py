@@ -112,6 +112,8 @@ def test_a_persons_stop_reaches_slack_and_so_does_its_outcome_once_each(tmp_path
     d.wait_for(lambda: said(slack, "grpo-9", "stop requested by a person (RLGUARD_STOP written)"),
                "a person's stop not on Slack")
     assert said(slack, "grpo-9", "a person asked rlguard to stop the run at step 10: wrong dataset")
+    manual = next(t for t in texts(slack) if "stop requested by a person" in t)
+    assert "not finite" not in manual and "*Value*" not in manual  # no metric value to speak of
     again = subprocess.run([sys.executable, "-m", "rlguard", "stop", "grpo-9", "--reason", "twice",
                             "--state-dir", str(d.state)], capture_output=True, text=True, timeout=60)
     assert again.returncode != 0 and "already pending" in again.stderr + again.stdout

@@ -185,3 +185,14 @@ def test_a_stop_that_cleared_before_its_message_is_not_counted_firing():
     assert fields(p)["Firing"] == "0" and fields(p)["Resolved"] == "1"
     assert p["blocks"][0]["text"]["text"].startswith(":rotating_light: 1 alert fired and cleared before this message")
     assert "fired at step 21" in "\n".join(texts(p)) and "rlguard: 0 firing, 1 resolved" in p["text"]
+
+
+def test_a_stop_event_shows_no_metric_value_alone_or_grouped():
+    """A person's stop (and a stop's outcome) has no metric value: never "step = not finite"."""
+    manual = make_alert(rule="RLG-STOP-MANUAL", kind="stop_manual", severity="warning", metric="step",
+                        action="stop", message="a person asked rlguard to stop the run at step 10: wrong dataset")
+    kl = make_alert(metric="kl", rule="R4", kind="kl_low", value=0.01)
+    for p in (render(msg(manual)), render(msg(manual, kl))):
+        body = json.dumps(p)
+        assert "not finite" not in body and "stop requested by a person (RLGUARD_STOP written)" in body, body
+        assert fields(p)["Action"] == "stop requested by a person (RLGUARD_STOP written)"  # never "the run continues"

@@ -40,6 +40,8 @@ _EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":info
 _RESOLVED = ":white_check_mark:"
 _ELLIPSIS = "…"
 NONFINITE = Kind.NONFINITE.value
+#: the daemon's words on stops (rlguard.daemon.builtin): no metric value, their message says it all
+STOP_EVENTS = ("stopped", "stop_ignored", "stop_manual")
 
 
 def escape(text: object) -> str:
@@ -178,7 +180,7 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
               _field("Severity", a.severity), _field("Metric", a.metric),
               _field("Value", fmt_value(a.value)), _field("Step", a.step),
               _field("Action", action_text(a))]
-    if a.kind in ("stopped", "stop_ignored"):  # no metric value: where the run ended, and what became of it
+    if a.kind in STOP_EVENTS:  # no metric value: where the run ended, and what became of it
         fields = [f for f in fields if f["text"].split("\n")[0] not in ("*Metric*", "*Value*")]
     if a.line is not None:
         fields.append(_field("Log line", a.line))
@@ -244,8 +246,9 @@ def _alert_line(a: Alert, fired: Alert | None = None, note: str = "") -> dict[st
                 f"{fit(a.rule, MAX_VALUE)}" + (" · the run is not known healthy" if a.kind == NONFINITE else "")
                 + note)
     else:
+        what = "" if a.kind in STOP_EVENTS else f"`{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} "
         head = (f"{_EMOJI.get(a.severity, ':warning:')} *{fit(a.kind, 60)}* "
-                f"({fit(a.severity, 20)}) · `{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} "
+                f"({fit(a.severity, 20)}) · {what}"
                 f"at step {_num(a.step)} · rule {fit(a.rule, MAX_VALUE)} · {fit(action_text(a), 200)}")
     return _section(head + "\n" + fit(_details(a), max(0, MAX_TEXT - _units(head) - 1)))
 
@@ -341,7 +344,7 @@ def fallback_text(message: Message) -> str:
                 "the run is not known healthy")
     elif a.status == "resolved":
         text = f"rlguard: resolved {a.kind} in run {a.run}: {a.metric} cleared at step {a.step}"
-    elif a.kind in ("stopped", "stop_ignored"):  # what became of a stop request: its message says it all
+    elif a.kind in STOP_EVENTS:  # a stop asked by a person, what became of a stop request: its message says it all
         text = f"rlguard: [{a.severity}] run {a.run}: {a.message}"
     else:
         text = (f"rlguard: [{a.severity}] {a.kind} in run {a.run}: {a.metric} = "
