@@ -221,6 +221,24 @@ def test_six_rules_of_one_kind_reach_slack_as_one_incident_line(fake_slack, tmp_
     assert len(lines) == 1, lines  # one line for the incident, none per rule
     [line] = lines
     assert line.startswith(":warning: *reward variance collapse at step 151* · cause `frac_zero_std` = 0 "
-                           "· rule RLG-ALL-GROUPS-TIED · 6 rules agreed · alert only; the run continues")
+                           "· rule RLG-ALL-GROUPS-TIED · 6 rules agreed on 3 metrics · alert only; the run continues")
     assert "RLG-GROUP-STD-ZERO" not in line and "reward_variance_collapse incident (from step 151)" in req.body["text"]
     assert sum(a.incident["inhibited"] for a in alerts) == 5
+
+
+def test_one_rule_on_two_metrics_is_not_said_as_two_rules_agreeing(fake_slack, tmp_path):
+    """Issue 47.5: "2 rules agreed" was said for one rule on two metrics; the count is of rules,
+    and where the evidence began before the record that fired it, the line says so."""
+    from rlguard.incidents import Incidents
+
+    d, _ = make(tmp_path, SlackNotifier(webhook_url=fake_slack.webhook_url, **FAST))
+    alerts = [make_alert(rule="RLG-REWARD-STD-COLLAPSE", metric=m, kind="reward_variance_collapse",
+                         severity="warning", step=12, value=0.0, message=f"{m} is 0") for m in ("reward_std", "group_std")]
+    Incidents().assign((a.step, a, (9, 9)) for a in alerts)
+    d.submit(alerts)
+    assert d.flush().sent == 1
+    [req] = fake_slack.requests
+    text = " ".join(b["text"]["text"] for b in req.body["blocks"] if b["type"] == "section" and "text" in b)
+    assert "rules agreed" not in text and "rule agreed" not in text
+    assert "*reward variance collapse at step 12*, abnormal since step 9" in text
+    assert "· rule RLG-REWARD-STD-COLLAPSE · fired on 2 metrics ·" in text

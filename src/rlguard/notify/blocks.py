@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from ..alerts import Alert, Kind
-from ..incidents import kind_words, rules_of, summary
+from ..incidents import kind_words, summary
 from ..keep import before_incident
 from ..render import by_incident
 from ..render import hints as rule_hints
@@ -256,11 +256,16 @@ def _alert_line(a: Alert, fired: Alert | None = None, note: str = "") -> dict[st
 def _incident_line(inc: dict[str, Any], members: list[Alert]) -> dict[str, Any]:
     """One incident: its cause, what followed, how many rules agreed, the strongest action."""
     worst, c = _worst(members), inc["cause"]
-    agreed = max(rules_of(inc), len({(a.rule, a.metric) for a in members}))
+    rules = {c["rule"], *(f["rule"] for f in inc.get("followed") or []), *(a.rule for a in members)}
+    metrics = {c["metric"], *(f["metric"] for f in inc.get("followed") or []), *(a.metric for a in members)}
+    agreed = (f"{len(rules)} rules agreed" + (f" on {len(metrics)} metrics" if len(metrics) > 1 else "")
+              if len(rules) > 1 else f"fired on {len(metrics)} metrics" if len(metrics) > 1 else "")
+    onset = c.get("onset")
+    since = f", abnormal since step {_num(onset)}" if isinstance(onset, int) and onset < c["step"] else ""
     head = (f"{_EMOJI.get(worst.severity, ':warning:')} *{fit(kind_words(c['kind']), 60)} at step "
-            f"{_num(c['step'])}* · cause `{fit(c['metric'], MAX_VALUE)}` = {_num(fmt_value(c['value']))} "
-            f"· rule {fit(c['rule'], MAX_VALUE)} · {agreed} rule{'s' if agreed > 1 else ''} agreed "
-            f"· {fit(action_text(worst), 200)}")
+            f"{_num(c['step'])}*{since} · cause `{fit(c['metric'], MAX_VALUE)}` = {_num(fmt_value(c['value']))} "
+            f"· rule {fit(c['rule'], MAX_VALUE)}" + (f" · {agreed}" if agreed else "")
+            + f" · {fit(action_text(worst), 200)}")
     seen, after = {c["kind"]}, []
     for f in inc.get("followed") or []:
         if f["kind"] not in seen:
