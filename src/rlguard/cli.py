@@ -135,7 +135,11 @@ def _add_alerts(sub) -> None:
                        description="A feed to poll: the alerts appended to each run's rlguard/decisions.jsonl "
                                    "(RLGuardCallback, the bundled trainer) since --since CURSOR, and the cursor "
                                    "to pass next time (an opaque string). Exit 0; 2 for a bad path or cursor.")
-    a.add_argument("paths", nargs="+", metavar="DIR", help="run directories, or folders of runs (4 levels searched)")
+    a.add_argument("paths", nargs="*", metavar="DIR", help="run directories, or folders of runs (4 levels searched)")
+    a.add_argument("--daemon", metavar="URL", help="also the alerts a running daemon fires now (its /status), e.g. "
+                                                   "http://127.0.0.1:9108")
+    a.add_argument("--state-dir", metavar="DIR", help="with --daemon: its state dir (control.token)")
+    a.add_argument("--token-file", metavar="FILE", help="with --daemon: the control token, read from this file")
     a.add_argument("--since", metavar="CURSOR", help="the 'cursor' of the previous answer (default: from the start)")
     a.add_argument("--format", choices=["text", "json"], default="text",
                    help="json: one object {cursor, alerts, more, notes}; text: a line per alert, then the cursor")
@@ -150,7 +154,14 @@ def cmd_alerts(args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise InputError(f"must be at least 1, got {args.limit}", field="--limit")
-    ans = poll(args.paths, args.since, args.limit)
+    if not args.paths and not args.daemon:
+        raise InputError("give run directories (DIR...), --daemon URL, or both")
+    status = None
+    if args.daemon:
+        from .control import get_status
+
+        status = get_status(args.daemon, args.state_dir, args.token_file)
+    ans = poll(args.paths, args.since, args.limit, status)
     if args.format == "json":
         print(json.dumps(ans.to_dict(), ensure_ascii=False, allow_nan=False))
         return 0

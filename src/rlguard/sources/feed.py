@@ -13,6 +13,12 @@ state file, no daemon needed), so any number of pollers can follow the same runs
   not a JSON object, or over 1 MiB, is skipped and counted in ``notes``.
 - At most ``limit`` alerts per answer; ``more`` is true when some wait, and the cursor points
   just past the last one returned.
+
+With a running daemon's ``/status`` (``rlguard alerts --daemon URL``: runs the daemon follows
+without a callback write no ``decisions.jsonl``), the answer also holds the alerts firing now
+that the cursor had not returned (``"source": "daemon"``); the cursor then also holds short
+hashes of those firing (run, rule, metric, step). The daemon keeps no alert history, so an
+alert that fired and resolved between two polls is not in the feed.
 """
 from __future__ import annotations
 
@@ -59,10 +65,11 @@ def find_records(paths: list[str]) -> list[str]:
     return sorted(out)
 
 
-def decode(cursor: str | None) -> dict[str, list[int]]:
-    """The cursor's files: path -> [device, inode, offset]; {} for none (read from the start)."""
+def decode(cursor: str | None) -> tuple[dict[str, list[int]], set[str]]:
+    """The cursor's files (path -> [device, inode, offset]) and the keys of the daemon's firing
+    alerts already returned; empty for none (from the start)."""
     if not cursor:
-        return {}
+        return {}, set()
     try:
         data = json.loads(base64.urlsafe_b64decode(cursor.encode("ascii") + b"=" * (-len(cursor) % 4)))
         if data.get("v") != VERSION or not isinstance(data.get("f"), dict):
@@ -70,22 +77,48 @@ def decode(cursor: str | None) -> dict[str, list[int]]:
         files = {str(k): [int(x) for x in v] for k, v in data["f"].items()}
         if any(len(v) != 3 for v in files.values()):
             raise ValueError
-        return files
+        return files, {str(k) for k in data.get("d", [])}
     except (ValueError, TypeError, AttributeError, UnicodeError):
         raise InputError(f"not a cursor this rlguard gave ({cursor[:40]!r}): pass the 'cursor' of the previous "
                          f"answer, or leave --since out to read from the start", field="--since") from None
 
 
-def encode(files: dict[str, list[int]]) -> str:
-    raw = json.dumps({"v": VERSION, "f": files}, separators=(",", ":"), sort_keys=True).encode()
+def encode(files: dict[str, list[int]], firing: set[str] | None = None) -> str:
+    body: dict = {"v": VERSION, "f": files}
+    if firing:
+        body["d"] = sorted(firing)
+    raw = json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
     return base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
 
 
-def poll(paths: list[str], since: str | None = None, limit: int = 1000) -> Answer:
-    """The alerts appended since ``since`` under ``paths`` (see the module docstring)."""
-    before = decode(since)
+def _key(run: dict, a: dict) -> str:
+    import hashlib
+
+    text = "|".join(str(x) for x in (run.get("run"), a.get("rule"), a.get("metric"), a.get("step")))
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
+def from_daemon(status: dict, seen: set[str], ans: Answer) -> set[str]:
+    """The alerts a running daemon's ``/status`` says are firing now that the previous answer did
+    not return (each alert once while it fires; one that fired and resolved between two polls is
+    not seen: the daemon keeps no history). Returns the keys firing now, for the cursor."""
+    now: set[str] = set()
+    for run in status.get("runs") or []:
+        for a in run.get("firing") or []:
+            k = _key(run, a)
+            now.add(k)
+            if k not in seen:
+                ans.alerts.append(dict(a, run=run.get("run"), run_dir=run.get("run_dir"), source="daemon"))
+    return now
+
+
+def poll(paths: list[str], since: str | None = None, limit: int = 1000, status: dict | None = None) -> Answer:
+    """The alerts appended since ``since`` under ``paths``, and with ``status`` (a daemon's
+    ``/status``) the alerts it fires now that ``since`` had not returned (see the module docstring)."""
+    before, seen = decode(since)
     files: dict[str, list[int]] = {}
     ans = Answer("")
+    firing = from_daemon(status, seen, ans) if status is not None else set()
     for path in find_records(paths):
         try:
             st = os.stat(path)
@@ -101,7 +134,7 @@ def poll(paths: list[str], since: str | None = None, limit: int = 1000) -> Answe
         files[path] = [dev, ino, offset]
     for path in before.keys() - files.keys():
         ans.notes.append(f"{path}: gone since the cursor")
-    ans.cursor = encode(files)
+    ans.cursor = encode(files, firing)
     return ans
 
 
