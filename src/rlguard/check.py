@@ -15,6 +15,7 @@ from .sources import detect_format, open_reader, resolve_log
 from .sources.base import sane_step
 from .sources.block import RecordBlock
 from .sources.cap import MAX_METRICS, MetricCap
+from .sources.hf_console import HfConsoleReader
 from .sources.live import find_live
 from .sources.rundir import choose_log, newer_logs, run_root, stated_logging_steps
 from .verdict import decision_record
@@ -51,17 +52,10 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
         raise LogFormatError(f"no numeric metrics in its {n} records ({fmt_name} format; "
                              f"{stats.bad_values} value(s) were not numbers): nothing to judge", path=path)
     _check_baselines(baselines, wd)
-    from .explain import absent_metrics
-
-    idle = wd.idle_note()
     live = find_live(path, os.fspath(given))
-    root = live.run_dir if live else run_root(path, os.fspath(given))
-    notes_live = newer_logs(path, root) if os.path.isfile(path) else []
-    counted, printed = reader.counted() if hasattr(reader, "counted") else (0, 0)
-    if counted or logging_steps:
-        notes_live.insert(0, _interval_note(interval, counted, printed, fmt_name))
     notes = ([chosen.note(os.fspath(given))] if chosen and chosen.others else []) + _notes(wd, stats) \
-        + absent_metrics(wd) + ([idle] if idle else []) + [x for x in [cap.note()] if x] + notes_live
+        + _run_notes(wd, reader, cap, path, live.run_dir if live else run_root(path, os.fspath(given)),
+                     interval, logging_steps)
     if out_format == "json":
         for note in notes + (live.lines(last) if live else []):
             print(f"rlguard: {path}: {note}", file=sys.stderr)
@@ -73,20 +67,30 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
                     alerts=wd.alerts, decisions=all_decisions, stop=wd.stop_decision, best=best,
                     distinct_steps=distinct, live=live.lines(last) if live else [])
     out.flush()
-    if strict:
-        problems = strict_problems(rules, wd)
-        for p in problems:
-            print(f"rlguard: error: --strict: {p}", file=sys.stderr)
-        if problems:
-            return 2
+    if strict and _strict_failed(rules, wd):
+        return 2
     bad = any(a.status == "firing" and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
     return 1 if bad else 0
+
+
+def _run_notes(wd: Watchdog, reader, cap: MetricCap, path: str, root: str, interval: tuple[int, str] | None,
+               asked: int | None) -> list[str]:
+    """Notes on what was judged (rules with nothing to watch, names past the cap), how console
+    steps were numbered, and logs of the run written after the one read."""
+    from .explain import absent_metrics
+
+    idle = wd.idle_note()
+    notes = absent_metrics(wd) + ([idle] if idle else []) + [x for x in [cap.note()] if x]
+    counted, printed = reader.counted() if isinstance(reader, HfConsoleReader) else (0, 0)
+    if counted or asked:
+        notes.append(_interval_note(interval, counted, printed, reader.name))
+    return notes + (newer_logs(path, root) if os.path.isfile(path) else [])
 
 
 def _interval(reader, path: str, given: str, asked: int | None) -> tuple[int, str] | None:
     """The logging interval a console log's record numbers are multiplied by: ``--logging-steps``,
     else the one the run states beside the log; (interval, where it came from) or None."""
-    if not hasattr(reader, "counted"):  # a format that states its own steps
+    if not isinstance(reader, HfConsoleReader):  # a format that states its own steps
         return None
     found = (asked, "--logging-steps") if asked else stated_logging_steps(run_root(path, given))
     if found:
@@ -104,6 +108,13 @@ def _interval_note(interval: tuple[int, str] | None, counted: int, printed: int,
                 f"for optimizer steps")
     n, source = interval
     return f"steps are record numbers x logging_steps {n} (from {source}){some}: the console prints no step"
+
+
+def _strict_failed(rules: list[str] | None, wd: Watchdog) -> bool:
+    problems = strict_problems(rules, wd)
+    for p in problems:
+        print(f"rlguard: error: --strict: {p}", file=sys.stderr)
+    return bool(problems)
 
 
 def strict_problems(rules: list[str] | None, wd: Watchdog) -> list[str]:
