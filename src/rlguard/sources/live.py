@@ -12,8 +12,9 @@ written, and each figure is given with the file it came from:
   (honoured, ignored, stale, expired: :func:`rlguard.incarnation.archive`);
 - ``RLGUARD_STOP``: a request still waiting in the run directory (the run has not read it).
 
-:func:`find_live` looks for them in the directory given, else beside the log read and up to
-two folders above it (``checkpoint-8/trainer_state.json``, ``runs/<stamp>/events...``).
+:func:`find_live` looks for them in the directory given, else in the output dir above a
+``checkpoint-N/trainer_state.json`` or ``runs/<stamp>/events...`` read, else beside the log;
+never further up (a folder above the run may hold another run's records).
 """
 from __future__ import annotations
 
@@ -54,12 +55,8 @@ class Live:
         rel = lambda p: os.path.join(RECORDS, p)  # noqa: E731
         if self.stop is not None:
             s = self.stop
-            keep = (f"; checkpoint to keep: {s.get('checkpoint')} (step {s.get('keep_step')})" if s.get("checkpoint")
-                    else "; no checkpoint to keep was named" if "checkpoint" in s else "")
-            onset = f"; the incident began at step {s['onset']}" if isinstance(s.get("onset"), int) else ""
             out.append(f"live ({rel('stop.json')}, by {s.get('source') or 'an unnamed source'}): the run was STOPPED "
-                       f"at step {s.get('step')} ({s.get('kind') or 'no kind'}, rule {s.get('rule') or 'none'})"
-                       f"{onset}{keep}")
+                       f"at step {s.get('step')} ({stop_words(s)}){stop_story(s)}")
         if self.decisions:
             stops = [d for d in self.decisions if d.get("action") == "stop"]
             alerts = sum(1 for d in self.decisions if d.get("rule"))
@@ -89,12 +86,39 @@ class Live:
                 "pending_request": self.pending}
 
 
+def stop_words(s: dict) -> str:
+    """"kl_high, rule RLG-KL-HIGH", or, where the rule that stopped is not the incident's cause,
+    "kl_high, the incident's cause; decided by rule RLG-X": a kind is never paired with another
+    kind's rule."""
+    kind, rule = s.get("kind") or "no kind", s.get("rule") or "none"
+    inc = s.get("incident") if isinstance(s.get("incident"), dict) else {}
+    cause = inc.get("cause") if isinstance(inc.get("cause"), dict) else {}
+    if cause.get("rule") and cause.get("rule") != rule:
+        return f"{kind}, the incident's cause; decided by rule {rule}"
+    return f"{kind}, rule {rule}"
+
+
+def stop_story(s: dict) -> str:
+    """"; the incident began at step 2; checkpoint to keep: ...", as the run said it at its stop."""
+    onset = s.get("onset") if isinstance(s.get("onset"), int) else None
+    began = f"; the incident began at step {onset}" if onset is not None else ""
+    if s.get("checkpoint"):
+        return f"{began}; checkpoint to keep: {s.get('checkpoint')} (step {s.get('keep_step')})"
+    if "checkpoint" not in s:
+        return began
+    if onset is not None:
+        return f"{began}; checkpoint to keep: none saved before step {onset}: restart from the initial weights"
+    return f"{began}; checkpoint to keep: none saved"
+
+
 def find_live(log: str, given: str | None = None) -> Live | None:
     """The records of the run ``log`` belongs to (``given``: the path the user named), or None
     when no rlguard-aware run wrote any there."""
-    cands = [given] if given and os.path.isdir(given) else []
-    here = os.path.dirname(os.path.abspath(log)) if not os.path.isdir(log) else os.path.abspath(log)
-    cands += [here, os.path.dirname(here), os.path.dirname(os.path.dirname(here))]
+    from .rundir import run_root
+
+    here = os.path.abspath(log) if os.path.isdir(log) else os.path.dirname(os.path.abspath(log))
+    # the run's own directory only (never a folder further up that happens to hold records)
+    cands = ([given] if given and os.path.isdir(given) else []) + [run_root(log, given or log), here]
     for d in cands:
         if os.path.isdir(os.path.join(d, RECORDS)) or os.path.isfile(os.path.join(d, STOP_FILE)):
             live = read_live(d)
