@@ -1,6 +1,7 @@
 """The ``rlguard`` command line.
 
-    rlguard check PATH [--rules FILE_OR_DIR ...] [--input-format F] [--format text|json]
+    rlguard check PATH [--rules FILE_OR_DIR ...] [--input-format F] [--format text|json] [--strict]
+    rlguard alerts DIR... [--daemon URL] [--since CURSOR] [--format json]   alerts recorded since a cursor
     rlguard rules check FILE...       validate rule packs (and alias tables)
     rlguard rules test [PATH...]      run rule unit tests (default: the shipped ones)
     rlguard rules list [--rules ...]  list the rules in use
