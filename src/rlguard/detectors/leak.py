@@ -3,8 +3,9 @@
 A healthy run's memory saws with its rollout buffer: it rises while a batch is collected and
 falls back when the batch is freed, so its troughs stay where they were however high its peaks
 go. A leak (host memory climbing every step until Ray kills the run, verl#429 and #630) lifts
-the troughs: the lowest value of the last ``floor_window`` records is above the lowest value of
-the ``floor_window`` records ``window`` records earlier by ``min_rise`` of it, and the
+the troughs: the floor of the last ``floor_window`` records (their ``rank``-th lowest value, so
+that one stray low record does not make a floor) is above the floor of the ``floor_window``
+records ``window`` records earlier by ``min_rise`` of it, and the
 least-squares slope of the last ``window`` records is positive. ``floor_window`` must span a
 full period of the saw (a trough). Where a limit is known (``limit``, or the latest value of
 ``limit_metric``: a logged total), the message says in how many steps the trend reaches it.
@@ -30,6 +31,10 @@ def _slope(steps: list[float], values: list[float]) -> float:
     return sum((s - ms) * (v - mv) for s, v in zip(steps, values)) / sxx if sxx > 0 else 0.0
 
 
+def _ordinal(k: int) -> str:
+    return f"{k}{'th' if 10 <= k % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(k % 10, 'th')}"
+
+
 @register
 class Leak(Detector):
     """The lowest of the last records rose above the lowest of as many records earlier."""
@@ -43,6 +48,9 @@ class Leak(Detector):
             "records between the two floors compared; the trend is fitted on the last N"))
         floor_window: int = Field(20, ge=1, le=1000, description=(
             "a floor: the lowest of N records (at least one period of the memory's saw)"))
+        rank: int = Field(3, ge=1, description=(
+            "the floor is the rank-th lowest value of its records (1: the lowest): one stray low "
+            "record in the earlier window does not make the later one look high"))
         min_rise: float = Field(0.1, ge=0, description="the floor now above the earlier one by this share of it")
         min_history: int = Field(100, ge=2, description=(
             "records before judging (a run's first records load the model and fill its caches)"))
@@ -74,8 +82,9 @@ class Leak(Detector):
             self.seen += 1
             if self.seen < max(p.min_history, keep):
                 continue
-            then = min(self.tail[:p.floor_window])
-            level[j] = now = min(self.tail[-p.floor_window:])
+            k = min(p.rank, p.floor_window) - 1
+            then = sorted(self.tail[:p.floor_window])[k]
+            level[j] = now = sorted(self.tail[-p.floor_window:])[k]
             ref[j] = then
             verdict[j] = FINE
             if then > 0 and now > then * (1 + p.min_rise):  # only then is the slope read (NaN elsewhere)
@@ -85,8 +94,9 @@ class Leak(Detector):
 
     def describe(self, metric, value, stat, ref, ref_step) -> str:
         p = self.p
-        msg = (f"{metric} = {fmt(value)}: the lowest of its last {p.floor_window} records is more than "
-               f"{fmt(p.min_rise * 100)}% above the lowest of the {p.floor_window} records {p.window} "
+        low = "lowest" if p.rank == 1 else f"{_ordinal(p.rank)} lowest"
+        msg = (f"{metric} = {fmt(value)}: the {low} of its last {p.floor_window} records is more than "
+               f"{fmt(p.min_rise * 100)}% above the {low} of the {p.floor_window} records {p.window} "
                f"earlier ({fmt(ref)}): its troughs rise, {fmt(stat)} per step over the last {p.window} records")
         if self.limit is None:
             return msg + "; no limit known, no forecast"
