@@ -1,5 +1,6 @@
 """The rules the daemon applies itself, outside any rule pack: they judge wall time and a run's
-files (no new step for ``stall_after``; a stop request obeyed or ignored; a person's stop), which a rule pack,
+files (no new step for ``stall_after``; a stop request obeyed or ignored; a person's stop; a run that
+stopped itself), which a rule pack,
 fed only a metric series, cannot. Their ids, kinds and severities live here and only here:
 :mod:`.runs` fires them, :mod:`rlguard.exporter` exports the stall as a firing series."""
 from __future__ import annotations
@@ -31,3 +32,7 @@ STOP_IGNORED = BuiltinRule("RLG-STOP-IGNORED", "stop_ignored", "critical")
 #: a person asked the daemon to stop a run (``rlguard stop RUN``): a warning, so that it
 #: reaches the channel under the default ``min_severity``; the team learns who stops what
 STOP_MANUAL = BuiltinRule("RLG-STOP-MANUAL", "stop_manual", "warning")
+#: a watched run stopped itself: its ``rlguard/stop.json`` (the callback's or the bundled trainer's
+#: verdict, or a stop request the daemon did not write), told in the record's words (:mod:`.selfstop`);
+#: a warning: the run has stopped already, a person decides what to keep and whether to relaunch
+STOP_IN_RUN = BuiltinRule("RLG-STOP-IN-RUN", "stopped", "warning")

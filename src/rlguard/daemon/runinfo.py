@@ -27,6 +27,8 @@ class RunInfo:
     stop_summaries: int = 0  # end-of-training summary records seen when the request was written
     stop_records: int = 0  # records read since the request was written (see stops.kept_logging)
     stop_standing: bool = False  # judged ignored while it kept logging: the request stays, a late stop is told
+    stop_looked: bool = False  # the run's rlguard/stop.json was looked at (first sight: history, see .selfstop)
+    stop_told: str | None = None  # fingerprint of the stop record told last (or found at first sight)
     incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
     epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
     ended: str | None = None  # the evidence that the run ended (see .lifecycle)

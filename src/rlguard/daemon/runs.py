@@ -87,6 +87,7 @@ class RunMonitor:
         self.idle_polls = 0  # polls in a row that read no record
         self.found_at = time.time()
         self.not_requested: str | None = None  # why the last stop decision wrote no request
+        self.stop_sig: tuple | None = None  # rlguard/stop.json's stat at the last look (see .selfstop)
 
     @property
     def log(self) -> str:
@@ -286,6 +287,7 @@ class RunMonitor:
         if out is None:
             return None
         info.stop_state = out.state
+        info.stop_told = stops.fingerprint(self.run_dir) if out.state == "stopped" else info.stop_told  # (selfstop)
         self.changed = True
         rule = STOPPED if out.state == "stopped" else STOP_IGNORED
         return Alert(run=self.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="alert",

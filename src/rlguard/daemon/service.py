@@ -30,7 +30,7 @@ from ..errors import RLGuardError
 from ..ruleplan import RulePlan
 from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
-from . import control, lifecycle, saving, startup
+from . import control, lifecycle, saving, selfstop, startup
 from .actions import stop_run
 from .budget import EvalBudget
 from .config import DaemonConfig
@@ -220,6 +220,8 @@ class Daemon:
                 if stopped is not None:
                     log.warning("[%s] %s", mon.run, stopped.message)
                     alerts = alerts + [stopped]
+                itself = selfstop.check(mon, self.clock(), self.cfg.stall_after)  # (a run that stopped itself)
+                alerts = alerts + [itself] if itself is not None else alerts
                 self._notify(alerts)
                 if alerts or (mon.never_saved and mon.tail_saved.get("count")):
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)

@@ -83,11 +83,11 @@ def outcome(run_dir: Path, asked: str | None, seen: str | None, finished_since: 
         mine = stop is not None and fingerprint(run_dir) != seen
     if mine:
         step = stop.get("step") if isinstance(stop.get("step"), int) else last_step
-        kept = _kept(stop)
+        keep = kept(stop)
         if stop.get("source") == "external":
-            msg = f"stopped at step {step} after rlguard's stop request ({reason}); {kept}"
+            msg = f"stopped at step {step} after rlguard's stop request ({reason}); {keep}"
         else:
-            msg = f"stopped at step {step} on its own rlguard verdict ({stop.get('reason')}); {kept}"
+            msg = f"stopped at step {step} on its own rlguard verdict ({stop.get('reason')}); {keep}"
             _expire(run_dir, asked, f"the run had stopped on its own at step {step}")
         return Outcome("stopped", msg, step)
     inc = incarnation.current(run_dir)
@@ -123,9 +123,16 @@ def kept_logging(records: int, requested_at: float, last_update: float, now: flo
                    asked_step if asked_step is not None else last_step)
 
 
-def _kept(stop: dict) -> str:
+def kept(stop: dict) -> str:
+    """The checkpoint to keep, as the stop record names it (``checkpoint``, ``keep_step``,
+    ``onset``); never one it does not name."""
+    step = stop.get("keep_step")
     if stop.get("checkpoint"):
-        return f"checkpoint to keep: {stop['checkpoint']}"
+        named = str(stop["checkpoint"]).rstrip("/").endswith(f"-{step}")  # checkpoint-4 says its step
+        at = f" (step {step})" if isinstance(step, int) and not named else ""
+        return f"checkpoint to keep: {stop['checkpoint']}{at}"
+    if isinstance(step, int):
+        return f"checkpoint to keep: the one saved at step {step}"
     onset = stop.get("onset")
     return (f"checkpoint to keep: none saved before step {onset}: restart from the initial weights"
             if onset is not None else "no checkpoint named")

@@ -40,7 +40,8 @@ _EMOJI = {"critical": ":rotating_light:", "warning": ":warning:", "info": ":info
 _RESOLVED = ":white_check_mark:"
 _ELLIPSIS = "…"
 NONFINITE = Kind.NONFINITE.value
-#: the daemon's words on stops (rlguard.daemon.builtin): no metric value, their message says it all
+#: the daemon's words on stops (rlguard.daemon.builtin, a run that stopped itself included): no
+#: metric value, their message says it all
 STOP_EVENTS = ("stopped", "stop_ignored", "stop_manual")
 
 
@@ -99,7 +100,13 @@ def _num(value: object) -> str:
 def action_text(alert: Alert) -> str:
     """The action taken, in words a person acts on."""
     if alert.kind == "stopped":  # the daemon saw the run stop (its message says where and why)
-        return "stop request obeyed" if "after rlguard's stop request" in alert.message else "stopped on its own verdict"
+        if "after rlguard's stop request" in alert.message:
+            return "stop request obeyed"
+        if "that rlguard's daemon did not make" in alert.message:  # RLG-STOP-IN-RUN, source "external"
+            return "stopped on a stop request the daemon did not make"
+        if alert.message.startswith("the run stopped itself"):  # RLG-STOP-IN-RUN: the callback or trainer
+            return "stopped itself (its rlguard callback or trainer): no stop request needed"
+        return "stopped on its own verdict"
     if alert.kind == "stop_ignored":
         return "stop request not acknowledged: check that the run has the rlguard callback"
     if alert.kind == "stop_manual":
