@@ -55,8 +55,12 @@ def test_check_says_the_live_stop_beside_the_replay_of_the_last_checkpoint(stopp
     text = r.stdout
     log = f"checkpoint-{ckpts[-1]}/trainer_state.json"
     assert f"replay of {out / log} (steps 1..{ckpts[-1]}):" in text
+    # a kind is paired with its own rule only: the incident's cause, else the rule that decided
+    cause_rule = stop["incident"]["cause"]["rule"]
+    said = (f"{stop['kind']}, rule {stop['rule']}" if cause_rule == stop["rule"]
+            else f"{stop['kind']}, the incident's cause; decided by rule {stop['rule']}")
     assert (f"live (rlguard/stop.json, by rlguard watchdog): the run was STOPPED at step {stop['step']} "
-            f"({stop['kind']}, rule {stop['rule']}); the incident began at step {stop['onset']}") in text
+            f"({said}); the incident began at step {stop['onset']}; checkpoint to keep: ") in text
     decisions = (out / "rlguard" / "decisions.jsonl").read_text().splitlines()
     assert f"live (rlguard/decisions.jsonl): {len(decisions)} decision(s)" in text
     assert (f"the log read ends at step {ckpts[-1]}, before the live stop at step {stop['step']}: the steps after "
@@ -104,3 +108,18 @@ def test_archived_stop_requests_are_said_with_their_outcome(tmp_path):
     assert ("live (rlguard/stops/): a stop request ignored (for step 7, by rlguard daemon): names run aaaa, not "
             "this run (bbbb).") in r.stdout
     assert "replay of " in r.stdout and "no stop: the run would have continued to the end." in r.stdout
+
+
+def test_report_says_the_live_stop_beside_the_replay(stopped_run, tmp_path):
+    """`rlguard report` on the same output dir: the replay of the last checkpoint finds what it
+    finds, and beside it the live stop from rlguard/stop.json, in report.md and report.json."""
+    out = stopped_run
+    stop = json.loads((out / "rlguard" / "stop.json").read_text())
+    r = cli("report", out, "--out", tmp_path / "rep")
+    assert r.returncode == 0, r.stderr
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert f"live (rlguard/stop.json, by rlguard watchdog): the run was STOPPED at step {stop['step']}" in md
+    assert f"the incident began at step {stop['onset']}; checkpoint to keep: " in md
+    decision = json.loads((tmp_path / "rep" / "report.json").read_text())["runs"][0]["decision"]
+    assert decision["live"]["stop"]["step"] == stop["step"]
+    assert "checkpoint-" in decision["replayed"]  # which data source the replay's figures came from

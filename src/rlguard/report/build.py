@@ -95,18 +95,24 @@ def run_section(r: RunData, watched: list[str]) -> dict:
 
 
 def _decision(r: RunData) -> dict:
-    """Where rlguard would have stopped, which checkpoint it would keep, what that saves."""
+    """Where rlguard would have stopped, which checkpoint it would keep, what that saves; and,
+    beside the replay, what the run's own records say happened live (``live``, each line naming
+    its file; None where the run kept none)."""
+    live = {"lines": r.live.lines(r.steps[1] if r.steps else None), "stop": r.live.stop} if r.live else None
+    replayed = f"the replay of {r.log or r.path}" + (f" (steps {r.steps[0]}..{r.steps[1]})" if r.steps else "")
     if r.stop is None or r.stop.alert is None:
-        return {"stop": None, "note": "rlguard would have let this run finish"}
+        return {"stop": None, "note": f"no stop in {replayed}: rlguard would have let it run on",
+                "replayed": replayed, "live": live}
     a = r.stop.alert
     last = r.steps[1] if r.steps else a.step
     saved = max(0, last - a.step)
     secs = r.step_seconds()
-    # the stop speaks for its incident: the cause's kind, the incident's line (rlguard.incidents)
-    return {"stop": a.step, "kind": r.stop.kind, "rule": a.rule, "reason": r.stop.reason,
+    # the stop speaks for its incident: the cause's kind, the incident's line (rlguard.incidents);
+    # ``rule_kind`` is the kind of the rule that decided, so a kind is never paired with another's rule
+    return {"stop": a.step, "kind": r.stop.kind, "rule": a.rule, "rule_kind": a.kind, "reason": r.stop.reason,
             "keep_checkpoint_step": a.checkpoint_step,
             "last_step": last, "stopped_here": saved == 0, "steps_saved": saved,
-            "time_saved_s": saved * secs if secs else None}
+            "time_saved_s": saved * secs if secs else None, "replayed": replayed, "live": live}
 
 
 def _baseline(baseline, runs, packs, taken):

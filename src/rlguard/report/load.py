@@ -15,6 +15,7 @@ from ..sources.layout import run_name
 from ..columns import Naming, columnize
 from ..rulespec import RulePack
 from ..sources import open_reader, resolve_log
+from ..sources.live import Live, find_live
 from ..vocab import Vocabulary
 from ..watchdog import Watchdog
 
@@ -36,6 +37,7 @@ class RunData:
     steps: tuple[int, int] | None = None
     log: str = ""  # the file read, where ``path`` is a run directory
     keys: dict[str, str] = field(default_factory=dict)  # name in the report (the alerts' name) -> key as logged
+    live: Live | None = None  # what the run's own rlguard records say happened live (rlguard/stop.json...)
 
     def eval_metrics(self) -> list[str]:
         """Canonical evaluation metrics first, then any other eval/val/test series."""
@@ -72,8 +74,9 @@ def load_run(path: str, packs: list[RulePack], baselines: dict[str, float] | Non
     wd.ingest(records)
     steps = (min(r.step for r in records), max(r.step for r in records)) if records else None
     keys = {naming.name(raw): raw for raw in naming.logged()[0]}
+    live = find_live(str(log), str(path) if Path(path).is_dir() else None)
     return RunData(name, str(path), reader.name, series, wd.alerts, wd.stop_decision, _config(log), steps, str(log),
-                   keys)
+                   keys, live)
 
 
 def tracker_name(log: str, fmt: str) -> str | None:

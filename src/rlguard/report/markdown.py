@@ -96,13 +96,17 @@ def _run(r: dict) -> list[str]:
     else:
         keep = f"; keep the checkpoint of step {d['keep_checkpoint_step']}" if d["keep_checkpoint_step"] is not None else ""
         t = f" (about {d['time_saved_s'] / 3600:.1f} h)" if d.get("time_saved_s") else ""
+        kind = d["kind"] if d.get("rule_kind") in (None, d["kind"]) else \
+            f"{d['kind']}; decided by rule {d['rule']} ({d['rule_kind']})"
         if d.get("stopped_here"):
-            out.append(f"- the run was stopped at step {d['stop']} ({d['kind']}), where its log ends: rlguard "
+            out.append(f"- the run was stopped at step {d['stop']} ({kind}), where its log ends: rlguard "
                        f"(or someone) stopped it live{keep}.")
         else:
-            out.append(f"- rlguard would have stopped at step {d['stop']} ({d['kind']}){keep}: {d['steps_saved']} "
+            out.append(f"- rlguard would have stopped at step {d['stop']} ({kind}){keep}: {d['steps_saved']} "
                        f"steps of the {d['last_step']} logged would have been saved{t}.")
         out.append(f"- reason: {d['reason']}")
+    for line in (d.get("live") or {}).get("lines") or []:
+        out.append(f"- {line}.")
     out.append("")
     return out
 
