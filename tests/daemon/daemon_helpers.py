@@ -13,6 +13,12 @@ import urllib.request
 from pathlib import Path
 
 
+def cli(*args) -> subprocess.CompletedProcess:
+    """The real ``rlguard`` command line, as a subprocess."""
+    return subprocess.run([sys.executable, "-m", "rlguard", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

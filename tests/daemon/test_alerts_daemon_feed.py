@@ -3,15 +3,8 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from daemon_helpers import append, constant_reward, healthy
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "rlguard", *map(str, args)], capture_output=True, text=True,
-                          timeout=60)
+from daemon_helpers import append, cli, constant_reward, healthy
 
 
 def test_a_poll_of_the_daemon_returns_each_firing_alert_once(tmp_path, daemon_factory):

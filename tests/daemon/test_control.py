@@ -3,17 +3,10 @@ process, and `rlguard stop DIR` without one."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
-from daemon_helpers import append, constant_reward, healthy
+from daemon_helpers import append, cli, constant_reward, healthy
 
 from rlguard.verdict import STOP_KEYS
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "rlguard", *map(str, args)], capture_output=True, text=True,
-                          timeout=60)
 
 
 def test_status_and_stop_through_the_daemon(tmp_path, daemon_factory):
