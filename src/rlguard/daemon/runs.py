@@ -87,7 +87,8 @@ class RunMonitor:
         self.idle_polls = 0  # polls in a row that read no record
         self.found_at = time.time()
         self.not_requested: str | None = None  # why the last stop decision wrote no request
-        self.stop_sig: tuple | None = None  # rlguard/stop.json's stat at the last look (see .selfstop)
+        self.stop_sig: tuple | None = None  # rlguard/stop.json's stat at the last look, and when (see .selfstop)
+        self.stop_at = 0.0
 
     @property
     def log(self) -> str:

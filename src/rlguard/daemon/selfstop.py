@@ -40,17 +40,23 @@ MAX_BYTES = 64 * 1024  # a real stop record is under 2 KB (its incident lists wh
 MAX_TEXT = 300  # each text field told (kind, rule, reason, checkpoint)
 SOURCES = ("rlguard watchdog", "external")
 RECORD = os.path.join("rlguard", "stop.json")
+RECENT = 60.0  # looked at every poll this long after a run's last record (~8 us a run a poll)
+EVERY = 30.0  # then this often (10,000 quiet runs cost no stat a poll each)
 
 
 def check(mon: RunMonitor, now: float, live_for: float) -> Alert | None:
     """The alert that tells a stop record the run wrote since the daemon first saw it, once;
-    None otherwise. Looked at (one ``lstat``) while the run logged within ``live_for`` seconds,
-    and at the first sight of a run."""
+    None otherwise. Looked at (one ``lstat``) at the first sight of a run, at every poll while
+    it logged within :data:`RECENT` seconds (a run writes its stop record with its last records),
+    then every :data:`EVERY` seconds while it logged within ``live_for`` (``stall_after``)."""
     info = mon.info
     if not mon.found.run_dir:
         return None
-    if info.stop_looked and not (info.last_update and now - info.last_update < live_for):
-        return None
+    if info.stop_looked:
+        idle = now - info.last_update if info.last_update else live_for
+        if idle >= live_for or (idle >= RECENT and now - mon.stop_at < EVERY):
+            return None
+    mon.stop_at = now
     path = os.path.join(mon.found.run_dir, RECORD)
     try:
         st = os.lstat(path)
