@@ -63,10 +63,10 @@ CASES = {
     "step_down": ({"window": 1, "ref_window": 10, "max_ratio": 0.6}, noise,
                   np.where(np.arange(N) >= 150, 0.4 * noise, noise), 150),
     # host memory that saws with the rollout buffer (period 12, 20% up then freed); the fault
-    # leaks 0.5% of it a step from 150 on: its troughs rise 10% within ~25 steps
+    # leaks 2% of it a step from 150 on: its troughs pass every earlier peak within ~20 steps
     "leak": ({"window": 30, "floor_window": 15, "min_history": 60},
              100.0 * (1 + 0.2 * (np.arange(N) % 12) / 11) * noise,
-             100.0 * (1 + 0.2 * (np.arange(N) % 12) / 11 + 0.005 * np.clip(np.arange(N) - 150, 0, None)) * noise,
+             100.0 * (1 + 0.2 * (np.arange(N) % 12) / 11 + 0.02 * np.clip(np.arange(N) - 150, 0, None)) * noise,
              150),
     "null_mean": ({"window": 20}, 0.02 + 0.01 * rng.standard_normal(N),
                   np.where(np.arange(N) >= 150, 0.005 * rng.standard_normal(N), 0.02 + 0.01 * rng.standard_normal(N)), 150),

@@ -83,7 +83,9 @@ def test_host_memory_leak_warns_and_a_limit_gives_the_forecast(tmp_path):
     alerts, _ = check(log)
     got = dict(firing(alerts))
     assert set(got) == {"RLG-MEMORY-LEAK"}, alerts
-    assert got["RLG-MEMORY-LEAK"] < 180
+    # its troughs must pass every earlier value (the saw's peaks, 25% above them): ~65 steps of
+    # leaking, then 5 records
+    assert got["RLG-MEMORY-LEAK"] < 200
     a = [x for x in alerts if x["rule"] == "RLG-MEMORY-LEAK" and x["status"] == "firing"][0]
     assert a["metric"] == "memory_host" and "troughs rise" in a["message"] and "no limit known" in a["message"]
 
