@@ -196,3 +196,20 @@ def test_a_stop_event_shows_no_metric_value_alone_or_grouped():
         body = json.dumps(p)
         assert "not finite" not in body and "stop requested by a person (RLGUARD_STOP written)" in body, body
         assert fields(p)["Action"] == "stop requested by a person (RLGUARD_STOP written)"  # never "the run continues"
+
+
+def test_a_run_that_stopped_itself_grouped_with_an_alert_is_never_said_to_continue():
+    """Today: a message grouping an alert-only warning and RLG-STOP-IN-RUN (both action "alert")
+    said "Action: alert only; the run continues" under "the run stopped itself at step 9"."""
+    kl = make_alert(metric="kl", rule="RLG-KL-HIGH", kind="kl_high", severity="warning", value=5.8, step=4)
+    itself = make_alert(rule="RLG-STOP-IN-RUN", kind="stopped", severity="warning", metric="step", step=9,
+                        message="the run stopped itself at step 9 (kl_high; decided by rule RLG-ALL-GROUPS-ZERO-STD): "
+                                "the incident began at step 2; checkpoint to keep: none saved before step 2: restart "
+                                "from the initial weights")
+    crit = make_alert(metric="loss", rule="RLG-NAN")  # a critical alert-only one: still the highest severity
+    for alerts in ((kl, itself), (itself, kl), (kl, itself, crit)):
+        f = fields(render(msg(*alerts)))
+        assert f["Action"] == "stopped itself (its rlguard callback or trainer): no stop request needed", f
+    assert fields(render(msg(kl, itself, crit)))["Highest severity"] == "critical"
+    body = json.dumps(render(msg(itself)))
+    assert "the run continues" not in body and "*Value*" not in body

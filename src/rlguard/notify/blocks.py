@@ -319,8 +319,10 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
         if any(a.kind == NONFINITE for a in resolved):  # never a green tick after a NaN
             head = f"{_EMOJI['warning']} {len(resolved)} alerts cleared, no new non-finite value: not known healthy"
     fields = [_field("Run", run), _field("Firing", len(firing)), _field("Resolved", len(resolved))]
-    if worst is not None:
-        fields += [_field("Highest severity", worst.severity), _field("Action", action_text(worst))]
+    if worst is not None:  # (a run seen to stop outranks "alert only; the run continues": it did not)
+        acting = max(firing + passed, key=lambda a: (action_rank(a.action), a.kind in STOP_EVENTS,
+                                                               severity_rank(a.severity)))
+        fields += [_field("Highest severity", worst.severity), _field("Action", action_text(acting))]
     blocks = [_header(head), {"type": "section", "fields": fields}]
     lines = _lines(message)
     blocks += lines[:MAX_LISTED]
