@@ -303,3 +303,22 @@ def test_an_onset_survives_a_state_round_trip(tmp_path):
     decisions = again.ingest([LogRecord(s, {"kl": 3.0, "entropy": 2.0}, s) for s in range(4, 6)])
     stop = next(d for d in decisions if d.action is Action.STOP)
     assert stop.alert.incident["started"] == 2
+
+
+def test_a_mismatch_trend_then_a_reward_collapse_is_one_incident_caused_by_the_mismatch():
+    """Issue 48: the rollout engine's log-probs drift from the trainer's (a warning that keeps
+    firing), then the reward collapses: one incident whose cause is the mismatch; a reward
+    collapse first cannot be *caused* by a mismatch that begins later."""
+    inc = Incidents()
+    m = _alert("RLG-MISMATCH-DRIFT", "train_infer_mismatch", 100, metric="rollout_logp_diff")
+    r = _alert("RLG-REWARD-DROP", "reward_drop", 130, metric="reward_mean")
+    inc.assign([(100, m, (90, 90))])
+    inc.assign([(130, r, (125, 125))])
+    assert r.incident["id"] == 1 and r.incident["cause"]["kind"] == "train_infer_mismatch"
+    assert summary(r.incident).startswith("train/inference mismatch at step 100")
+    other = Incidents()
+    r2 = _alert("RLG-REWARD-DROP", "reward_drop", 100, metric="reward_mean")
+    m2 = _alert("RLG-MISMATCH-DRIFT", "train_infer_mismatch", 130, metric="rollout_logp_diff")
+    other.assign([(100, r2, (95, 95))])
+    other.assign([(130, m2, (120, 120))])
+    assert m2.incident["id"] == 2

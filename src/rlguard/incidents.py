@@ -48,17 +48,20 @@ GAP_RECORDS = 5
 GAP_STEPS = 20
 #: kinds in causal order, upstream first: what a fault breaks first comes first (a learning
 #: rate or KL coefficient gone wrong, then the gradient, the loss, the KL, non-finite numbers,
-#: a reward function that scores nothing, the policy's entropy and its rewards' spread,
-#: lengths, rewards, evaluation). A kind not listed (a custom pack's) comes after all of them.
+#: rollouts whose log-probs drift from the trainer's and importance weights masked by it, a
+#: reward function that scores nothing, the policy's entropy and its rewards' spread, lengths,
+#: rewards, a proxy reward that parts from what it stands for, evaluation; the machine's
+#: throughput and memory last). A kind not listed (a custom pack's) comes after all of them.
 CAUSAL_ORDER = ("lr_zero", "beta_collapse", "grad_explosion", "loss_spike", "dpo_margin_explosion", "kl_high",
-                "nonfinite", "reward_missing", "dpo_likelihood_collapse", "entropy_collapse",
-                "reward_variance_collapse", "kl_low", "length_explosion", "length_collapse", "reward_drop",
-                "dpo_no_learning", "val_divergence", "dpo_overfit", "regression", "stall", "plateau",
-                "change_point", "duplicate_run")
+                "nonfinite", "train_infer_mismatch", "is_saturation", "reward_missing", "dpo_likelihood_collapse",
+                "entropy_collapse", "reward_variance_collapse", "kl_low", "length_explosion", "length_collapse",
+                "reward_drop", "reward_hacking", "dpo_no_learning", "val_divergence", "dpo_overfit", "regression",
+                "stall", "throughput_drop", "memory_growth", "plateau", "change_point", "duplicate_run")
 _RANK = {k: i for i, k in enumerate(CAUSAL_ORDER)}
 _WORDS = {"grad_explosion": "gradient explosion", "kl_high": "KL high", "kl_low": "KL low",
           "lr_zero": "learning rate at zero", "nonfinite": "non-finite value", "beta_collapse": "KL coefficient collapse",
-          "reward_missing": "no usable reward"}
+          "reward_missing": "no usable reward", "train_infer_mismatch": "train/inference mismatch",
+          "is_saturation": "importance weights saturated"}
 MAX_FOLLOWED = 50  # rule instances listed as having followed (an incident of more lists its first 50)
 
 
