@@ -68,6 +68,11 @@ def test_a_run_that_stops_itself_is_told_once_also_after_kill_9(tmp_path, daemon
     read(d2, "grpo-lr50", 10)
     time.sleep(2.5)  # a few notify rounds
     assert said(slack, "grpo-lr50", "stopped itself") == 1, texts(slack)
+    again = incarnation.begin(run, 10)  # relaunched in the same directory: a new run, its own stop
+    append(run / "metrics.jsonl", healthy(11, 3))
+    read(d2, "grpo-lr50", 13)
+    stop_itself(run, again)
+    d2.wait_for(lambda: said(slack, "grpo-lr50", "stopped itself") == 2, "the relaunch's stop is not told")
     assert d2.stop() == 0
 
 

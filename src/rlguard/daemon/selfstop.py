@@ -84,7 +84,8 @@ def check(mon: RunMonitor, now: float, live_for: float) -> Alert | None:
     rule = STOP_IN_RUN
     return Alert(run=mon.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="alert",
                  step=rec["step"], metric=rule.metric, value=None, status="firing", message=msg,
-                 labels=dict(mon.context))
+                 labels=dict(mon.context),  # (its run start keys the message: a relaunch's stop is another)
+                 annotations={"incarnation": rec["incarnation"]} if rec["incarnation"] else {})
 
 
 def read(path: str) -> tuple[str | None, dict | None, str | None]:
@@ -135,7 +136,7 @@ def validate(body: object) -> tuple[dict | None, str | None]:
             return None, f"field {key!r}: expected a step number or null"
     rec = {"source": body["source"], "step": body["step"], "keep_step": body.get("keep_step"),
            "onset": body.get("onset")}
-    for key in ("kind", "rule", "reason", "checkpoint"):
+    for key in ("kind", "rule", "reason", "checkpoint", "incarnation"):
         v = body.get(key)
         if v is not None and not isinstance(v, str):
             return None, f"field {key!r}: expected text or null"

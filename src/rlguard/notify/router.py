@@ -41,16 +41,23 @@ from typing import Any, Iterable
 
 from ..alerts import RUN_LABELS, Alert, Kind, Severity
 from ..errors import StateError
+from .blocks import STOP_EVENTS
 from .message import Message, severity_rank
 
 STATE_VERSION = 1
 
 
 def message_key(group_key: str, alerts: Iterable[Alert], repeat: int = 0) -> str:
-    """Stable dedupe key: run, each alert's (rule, metric, status, step), reminder number."""
-    parts = sorted((a.rule, a.metric, a.status, int(a.step)) for a in alerts)
+    """Stable dedupe key: run, each alert's (rule, metric, status, step), reminder number; a stop
+    event's run start too when it names one (a relaunch that stops at the same step is news)."""
+    parts = sorted((a.rule, a.metric, a.status, int(a.step), *_started(a)) for a in alerts)
     blob = json.dumps([group_key, parts, repeat], ensure_ascii=False, separators=(",", ":"))
     return "rlg1:" + hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
+
+
+def _started(alert: Alert) -> tuple[str, ...]:
+    inc = alert.annotations.get("incarnation") if alert.kind in STOP_EVENTS else None
+    return (str(inc),) if inc else ()
 
 
 def _identity(alert: Alert) -> str:
@@ -182,6 +189,9 @@ class Router:
         alerts = (new + [fired for fired, _ in late] + cleared) or firing
         still = [a for a in still if a not in alerts]
         group.notified = set(group.firing)
+        for k in [k for k, a in group.firing.items() if a.kind in STOP_EVENTS]:  # events, told once: never
+            del group.firing[k]  # "still firing", never a 4-hourly reminder; a later one (a relaunch) is news
+            group.notified.discard(k)
         group.cleared, group.changed_at, group.last_sent = {}, None, now
         return Message(key=message_key(run, alerts + still, group.repeats), group_key=run,
                        status="firing" if firing else "resolved", alerts=alerts,
