@@ -113,7 +113,8 @@ def told(body: dict) -> tuple[str, list[tuple[str, str, str]]]:
             if members:
                 alerts += [(r, m, "firing") for r, m in re.findall(r"(\S+) on `([^`]*)`", members.group(1))]
             else:
-                alerts.append((re.search(r" · rule (\S+)", t).group(1), re.search(r"`([^`]*)`", t).group(1),
+                metric = re.search(r"`([^`]*)`", t)  # (a stop event's line names no metric: it speaks of steps)
+                alerts.append((re.search(r" · rule (\S+)", t).group(1), metric.group(1) if metric else "step",
                                "resolved" if "cleared:" in t.split("·")[0] else "firing"))
     else:
         header = blocks[0]["text"]["text"]

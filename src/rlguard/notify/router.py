@@ -60,6 +60,11 @@ def _started(alert: Alert) -> tuple[str, ...]:
     return (str(inc),) if inc else ()
 
 
+def _relaunched(fired: Alert, alert: Alert) -> bool:
+    """A stop event of another run start in the same directory than the one told (news)."""
+    return alert.kind in STOP_EVENTS and _started(alert) != _started(fired)
+
+
 def _identity(alert: Alert) -> str:
     return json.dumps([alert.rule, alert.metric], ensure_ascii=False)
 
@@ -133,8 +138,10 @@ class Router:
         group = self._groups.setdefault(alert.run, _Group())
         ident = _identity(alert)
         if alert.status == "firing":
+            if ident in group.firing and not _relaunched(group.firing[ident], alert):
+                return  # still firing: the alert as it first fired stands (a replay after a kill -9 too)
             if ident in group.firing:
-                return  # still firing: the alert as it first fired stands
+                group.notified.discard(ident)  # a relaunch's stop: news
             group.firing[ident] = replace(alert, labels=dict(alert.labels))
             if alert.kind == Kind.NONFINITE.value and ident in group.notified:
                 group.notified.discard(ident)  # a new non-finite episode is news, never a flap: told again
@@ -172,8 +179,9 @@ class Router:
         if group.cleared and now >= group.last_sent + self.group_interval:
             group.notified.difference_update(group.cleared)  # send_resolved off: forget quietly
             group.cleared.clear()
-        if group.firing and now >= group.last_sent + self.repeat_interval:
-            return self._flush(run, group, now, repeat=True)
+        if now >= group.last_sent + self.repeat_interval and any(a.kind not in STOP_EVENTS
+                                                                  for a in group.firing.values()):
+            return self._flush(run, group, now, repeat=True)  # (a stop, told, is an event: no reminder)
         return None
 
     def _flush(self, run: str, group: _Group, now: float, *, repeat: bool) -> Message:
@@ -184,14 +192,14 @@ class Router:
         cleared += [resolved for _, resolved in late]
         group.repeats = group.repeats + 1 if repeat else 0
         # a change says what is new; what was announced and still fires is summarised apart
-        still = [] if repeat else [group.firing[k] for k in sorted(group.firing) if k in group.notified]
-        new = firing if repeat else [group.firing[k] for k in sorted(group.firing) if k not in group.notified]
+        # (a stop told is an event, not a state: never "still firing", never in a reminder)
+        still = [] if repeat else [group.firing[k] for k in sorted(group.firing)
+                                   if k in group.notified and group.firing[k].kind not in STOP_EVENTS]
+        new = ([a for a in firing if a.kind not in STOP_EVENTS] if repeat else
+               [group.firing[k] for k in sorted(group.firing) if k not in group.notified])
         alerts = (new + [fired for fired, _ in late] + cleared) or firing
         still = [a for a in still if a not in alerts]
         group.notified = set(group.firing)
-        for k in [k for k, a in group.firing.items() if a.kind in STOP_EVENTS]:  # events, told once: never
-            del group.firing[k]  # "still firing", never a 4-hourly reminder; a later one (a relaunch) is news
-            group.notified.discard(k)
         group.cleared, group.changed_at, group.last_sent = {}, None, now
         return Message(key=message_key(run, alerts + still, group.repeats), group_key=run,
                        status="firing" if firing else "resolved", alerts=alerts,
