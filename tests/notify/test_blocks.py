@@ -211,5 +211,7 @@ def test_a_run_that_stopped_itself_grouped_with_an_alert_is_never_said_to_contin
         f = fields(render(msg(*alerts)))
         assert f["Action"] == "stopped itself (its rlguard callback or trainer): no stop request needed", f
     assert fields(render(msg(kl, itself, crit)))["Highest severity"] == "critical"
+    grouped = json.dumps(render(msg(kl, itself)), ensure_ascii=False)
+    assert "the run continues" not in grouped and "RLG-KL-HIGH · alert only; the run stopped" in grouped, grouped
     body = json.dumps(render(msg(itself)))
     assert "the run continues" not in body and "*Value*" not in body

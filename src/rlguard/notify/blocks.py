@@ -43,6 +43,7 @@ NONFINITE = Kind.NONFINITE.value
 #: the daemon's words on stops (rlguard.daemon.builtin, a run that stopped itself included): no
 #: metric value, their message says it all
 STOP_EVENTS = ("stopped", "stop_ignored", "stop_manual")
+CONTINUES = "alert only; the run continues"
 
 
 def escape(text: object) -> str:
@@ -128,7 +129,7 @@ def action_text(alert: Alert) -> str:
     if alert.action == "checkpoint":  # the daemon saves nothing; only a trainer can
         return "checkpoint asked for: saved only by a run with the rlguard callback (the daemon saves none)"
     if alert.action == "alert":
-        return "alert only; the run continues"
+        return CONTINUES
     return str(alert.action)
 
 
@@ -325,6 +326,9 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
         fields += [_field("Highest severity", worst.severity), _field("Action", action_text(acting))]
     blocks = [_header(head), {"type": "section", "fields": fields}]
     lines = _lines(message)
+    if any(a.kind == "stopped" for a in firing + passed):  # the run was seen to stop: it does not continue
+        for line in lines:  # (a shorter phrase: the line stays within its limit)
+            line["text"]["text"] = line["text"]["text"].replace(CONTINUES, "alert only; the run stopped")
     blocks += lines[:MAX_LISTED]
     if len(lines) > MAX_LISTED:
         blocks.append(_context(f"… and {len(lines) - MAX_LISTED} more alert(s) not "
