@@ -64,7 +64,7 @@ ACCEPTED: dict[str, set[str]] = {
     "reward_drop": {"kl_high", "plateau", "regression"},  # val reward falls with it
     "lr_zero": {"plateau", "stall"},
     "plateau": set(),
-    "regression": {"plateau"},
+    "regression": {"plateau", "reward_hacking"},  # the corpus's regression: val falls while the train reward rises
     "val_divergence": {"plateau", "regression"},
     "dpo_likelihood_collapse": {"dpo_margin_explosion"},  # rejected falls faster than chosen
     "dpo_margin_explosion": {"dpo_overfit"},  # loss -> 0, accuracies -> 1
