@@ -5,7 +5,7 @@ from typing import TextIO
 
 from .alerts import Action, Alert, Decision
 from .numfmt import fmt
-from .incidents import rules_of, summary
+from .incidents import agreement, summary
 
 def hints(alerts: list[Alert]) -> list[tuple[str, str]]:
     """(kind, what to check) for each kind among the alerts, from their rules' ``hint``
@@ -67,8 +67,8 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         widths = [max(len(r[i]) for r in [head, *(x for g in rows for x in g)]) for i in range(len(head))]
         line = lambda r: "    " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() + "\n"  # noqa: E731
         for (inc, _), group in zip(groups, rows):
-            k = rules_of(inc) if inc else 0
-            w(f"\n  incident {inc['id']}: {summary(inc)}" + (f"; {k} rules agreed" if k > 1 else "") + "\n"
+            agreed = agreement(inc) if inc else ""
+            w(f"\n  incident {inc['id']}: {summary(inc)}" + (f"; {agreed}" if agreed else "") + "\n"
               if inc else "\n  not in an incident (info):\n")
             for r in [head, *group]:
                 w(line(r))
