@@ -107,7 +107,7 @@ def test_archived_stop_requests_are_said_with_their_outcome(tmp_path):
     assert r.returncode == 0, r.stderr
     assert ("live (rlguard/stops/): a stop request ignored (for step 7, by rlguard daemon): names run aaaa, not "
             "this run (bbbb).") in r.stdout
-    assert "replay of " in r.stdout and "no stop: the run would have continued to the end." in r.stdout
+    assert "replay of " in r.stdout and "no stop in the steps read: rlguard would have let them run on." in r.stdout
 
 
 def test_report_says_the_live_stop_beside_the_replay(stopped_run, tmp_path):

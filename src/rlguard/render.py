@@ -95,7 +95,8 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         if a.incident and a.incident["cause"]["rule"] != a.rule:
             w(f"  the incident it stopped: {summary(a.incident)}.\n")
     else:
-        w("  no stop: the run would have continued to the end.\n")
+        w("  no stop in the steps read: rlguard would have let them run on.\n" if live else
+          "  no stop: the run would have continued to the end.\n")
         if best is not None:
             w(f"  best {best[0]} = {fmt(best[1])} at step {best[2]}: the checkpoint to keep.\n")
     w(checkpoint_line([d for d in decisions if d.action is Action.CHECKPOINT]))
