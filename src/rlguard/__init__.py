@@ -2,6 +2,7 @@
 from .alerts import Action, Alert, Decision, Kind, Severity
 from .coverage import summary_lines as coverage_lines
 from .errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
+from .reward_watch import RewardWatch, reward_watch, watch_rewards
 from .keep import Checkpoints, Keep, Pinned, checkpoint_to_keep
 from .rulespec import Rule, RulePack, load_pack, load_packs
 from .verdict import RunRecords, Verdict, decision_record, stop_record
@@ -28,4 +29,4 @@ def __getattr__(name: str):
 __all__ = ["RLGuardCallback", "Action", "Alert", "Decision", "Kind", "Severity", "Watchdog", "Rule", "RulePack", "load_pack",
            "load_packs", "Verdict", "RunRecords", "decision_record", "stop_record", "Keep", "Checkpoints", "Pinned", "checkpoint_to_keep",
            "InLoopGuard", "Broadcast", "coverage_lines", "RLGuardError", "InputError",
-           "LogFormatError", "RuleError", "StateError"]
+           "LogFormatError", "RuleError", "StateError", "RewardWatch", "reward_watch", "watch_rewards"]

@@ -40,6 +40,7 @@ from .alerts import Alert
 from .incidents import incident_line
 from .inloop import Broadcast, InLoopGuard
 from .keep import Keep
+from .reward_watch import watched_metrics
 from .rulespec import RulePack, load_packs
 from .sources.blanks import logged_numbers
 from .stopfile import STOP_FILE
@@ -61,12 +62,14 @@ class RLGuardCallback(TrainerCallback):
     ``save``: may rlguard ask the trainer to save (a new best evaluation, a stop no incident
     caused)? None (the default) follows the run's own settings: never with
     ``save_strategy="no"``; True or False decides. What it will do is said once, at the start.
+    ``rewards``: a :func:`rlguard.watch_rewards` watch (or decorated functions): its figures are
+    added to each logged record, a key the trainer logged itself keeping the trainer's value.
     """
 
     def __init__(self, rules: Iterable[str | os.PathLike] | list[RulePack] | None = None,
                  notifiers: Iterable[Callable[[Alert], None]] = (), run: str | None = None,
                  baselines: dict[str, float] | None = None, stop_file: str = STOP_FILE,
-                 default_rules: bool = True, save: bool | None = None) -> None:
+                 default_rules: bool = True, save: bool | None = None, rewards=None) -> None:
         rules = list(rules) if rules is not None else None
         if rules and isinstance(rules[0], RulePack):
             self.packs = (load_packs(None) if default_rules else []) + rules
@@ -77,6 +80,7 @@ class RLGuardCallback(TrainerCallback):
         self.baselines = dict(baselines or {})
         self.stop_file = stop_file
         self.save = save
+        self.rewards = rewards
         self.saves = False  # decided at the start of each train(): see ``save``
         self.guard: InLoopGuard | None = None
         self._last: tuple | None = None
@@ -164,6 +168,8 @@ class RLGuardCallback(TrainerCallback):
         if not metrics or key == self._last or self.guard is None:  # evaluate() logs the same dict twice
             return control
         self._last = key
+        for name, value in watched_metrics(self.rewards, metrics).items():  # after the check: it drains the watch
+            metrics.setdefault(name, value)
         verdict = self.guard.observe(state.global_step, metrics)
         if verdict.stop and self.guard.main:
             self._stopping(state, verdict)
