@@ -126,20 +126,18 @@ def test_the_watch_sees_every_group_and_feeds_the_callback(tiny, tmp_path, caplo
     assert "correct " in lines[0] and " None" in lines[0] and "groups with zero reward variance" in lines[0]
 
 
-class WithoutTRLSpread:
+def without_trl_spread():
     """A test device, not a mock: a callback placed before rlguard's that removes the spread
     figures TRL logs, as a trainer that does not compute them would, so rlguard has only the
     watch's frac_zero_std."""
+    from transformers import TrainerCallback
 
-    def __new__(cls):
-        from transformers import TrainerCallback
+    class WithoutTRLSpread(TrainerCallback):
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            for key in [k for k in (logs or {}) if k in ("frac_reward_zero_std", "reward_std") or k.endswith("/std")]:
+                logs.pop(key)
 
-        class Strip(TrainerCallback):
-            def on_log(self, args, state, control, logs=None, **kwargs):
-                for key in [k for k in (logs or {}) if k in ("frac_reward_zero_std", "reward_std") or k.endswith("/std")]:
-                    logs.pop(key)
-
-        return Strip()
+    return WithoutTRLSpread()
 
 
 def test_a_constant_reward_fires_the_variance_rule_from_the_watch_alone(tiny, tmp_path):
@@ -149,7 +147,7 @@ def test_a_constant_reward_fires_the_variance_rule_from_the_watch_alone(tiny, tm
     watch = rlguard.watch_rewards(constant, num_generations=G, every=0)
     guard = RLGuardCallback(rewards=watch)
     out = tmp_path / "const"
-    trainer = grpo(tiny, out, watch, 12, [WithoutTRLSpread(), guard])
+    trainer = grpo(tiny, out, watch, 12, [without_trl_spread(), guard])
 
     raw = guard.watchdog.coverage()["raw"]  # the keys rlguard read under its names
     assert "frac_zero_std" in raw and "frac_reward_zero_std" not in raw and "reward_std" not in raw
@@ -186,3 +184,18 @@ def test_the_decorator_counts_none_and_nan_and_pins_at_the_highest_reward_seen()
     assert figures["rewards_watch/graded/at_ceiling"] == pytest.approx(3 / 4)  # ceiling: the highest seen, 1.0
     assert figures["rewards_watch/completion_length"] == pytest.approx(7 / 6)  # tokens, from completion_ids
     assert graded.metrics() == {}  # drained: the next logged record gets only what came after
+
+
+def test_an_async_reward_function_stays_async_for_trl():
+    import asyncio
+
+    import rlguard
+    from trl.trainer.utils import is_async_callable
+
+    async def judged(prompts, completions, **_):
+        return [1.0, None]
+
+    watch = rlguard.watch_rewards(judged, num_generations=2, every=0)
+    assert is_async_callable(watch[0])  # TRL gathers it with the other async functions
+    assert asyncio.run(watch[0](prompts=["p", "p"], completions=["a", "b"])) == [1.0, None]
+    assert watch.metrics()["rewards_watch/judged/none"] == 1
