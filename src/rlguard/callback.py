@@ -38,6 +38,7 @@ from transformers.utils import logging as hf_logging
 from . import coverage
 from .alerts import Alert
 from .incidents import incident_line
+from .heartbeat import Schedule
 from .inloop import Broadcast, InLoopGuard
 from .keep import Keep
 from .reward_watch import watched_metrics
@@ -114,6 +115,8 @@ class RLGuardCallback(TrainerCallback):
             self.guard.watchdog.load(ckpt)
             self.guard.saved(state.global_step, ckpt.parent)
         self.guard.begin(state.global_step)  # a new incarnation: an earlier run's stop request is archived
+        sched = Schedule.of_args(args, state.max_steps)  # (the heartbeat promises longer before a save or an eval)
+        self.guard.plan(sched.log_every, sched.eval_every, sched.save_every)
         self.saves = self.save if self.save is not None else _strategy(args) != "no"
         if state.is_world_process_zero:
             logger.warning("rlguard: %s", saving_line(self.saves, self.save, self._out))

@@ -25,6 +25,9 @@ logged step goes through it in a fixed order::
   checkpoints), the checkpoint to keep as it stands is pinned as soon as an anomaly begins
   (:class:`~rlguard.keep.Pinned`) and the hook is called each time the pin moves.
 - **stop record**: :meth:`stop` writes ``rlguard/stop.json`` with that checkpoint.
+- **heartbeat** (rank 0): each observed record writes ``rlguard/heartbeat.json``, the promise of
+  when the next record is due (longer before a save or an evaluation of the :meth:`plan`);
+  :meth:`end` marks it ended (:mod:`rlguard.heartbeat`, read by the daemon's overdue rule).
 """
 from __future__ import annotations
 
@@ -36,6 +39,7 @@ from typing import Any, Callable, Iterable
 from . import incarnation as incarnations
 from .alerts import Alert, Decision
 from .coverage import summary_lines
+from .heartbeat import Heartbeat, Schedule
 from .keep import Checkpoints, Keep, Pinned
 from .stopfile import STOP_FILE, take_stop_request
 from .verdict import RunRecords, Verdict, onset_of
@@ -80,6 +84,7 @@ class InLoopGuard:
         self.alarms = 0  # warning and critical alerts fired (rank 0)
         self._requested: str | None = None
         self._warned: set = set()
+        self.heartbeat = Heartbeat(self.run_dir) if main else None
 
     # ------------------------------------------------------------------ the run's life
     def begin(self, start_step: int) -> None:
@@ -91,6 +96,13 @@ class InLoopGuard:
         """The incarnation ends (rank 0): where, and whether it stopped."""
         if self.main and self.incarnation is not None:
             incarnations.end(self.run_dir, self.incarnation, step, self.stopping is not None, self.stop_file)
+        if self.heartbeat is not None:
+            self.heartbeat.end(step, self.incarnation)
+
+    def plan(self, log_every: int = 1, eval_every: int = 0, save_every: int = 0) -> None:
+        """The trainer's schedule (0: never): the heartbeat promises longer before a save or an eval."""
+        if self.heartbeat is not None:
+            self.heartbeat.schedule = Schedule(max(1, log_every), eval_every, save_every)
 
     def request(self, reason: str) -> None:
         """A stop asked from inside the process (a signal handler): obeyed at the next look."""
@@ -112,6 +124,8 @@ class InLoopGuard:
         """Feed one logged record (rank 0) and return the verdict every rank agrees on;
         ``external``: where the watchdog does not stop, look for a stop request too."""
         local = self._decide(step, metrics, external) if self.main and self.watchdog is not None else Verdict()
+        if self.heartbeat is not None:
+            self.heartbeat.beat(step, self.incarnation)
         return self.agree(local)
 
     def poll(self, step: int) -> Verdict:

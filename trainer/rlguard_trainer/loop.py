@@ -137,6 +137,7 @@ def setup(cfg: TrainConfig, task: Task | None = None) -> Run:
         run.start = _resume(run)
         run.guard.saved(run.start, Path(cfg.resume))  # the lineage's last checkpoint, a candidate to keep
     run.guard.begin(run.start)  # a new incarnation: a stop request left by an earlier run is archived
+    run.guard.plan(1, cfg.eval_every, cfg.save_every)  # the heartbeat promises longer before an eval or a save
     if acc.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
         (out / "config.yaml").write_text(cfg.to_yaml())

@@ -25,6 +25,9 @@ class BuiltinRule:
 
 #: no new step for ``stall_after`` seconds: the job may be hung, dead or stuck in evaluation
 STALL = BuiltinRule("RLG-STALL", "stall", "warning")
+#: a run with a heartbeat (the callback's, the bundled trainer's) is overdue on its own promise by
+#: ``heartbeat_grace`` (:mod:`.overdue`); such a run is judged by it instead of ``RLG-STALL``
+OVERDUE = BuiltinRule("RLG-OVERDUE", "stall", "warning")
 #: the run was seen to stop after rlguard's stop request (or on its own verdict)
 STOPPED = BuiltinRule("RLG-STOPPED", "stopped", "critical")
 #: the run ended, went quiet or kept logging without acknowledging rlguard's stop request

@@ -136,6 +136,9 @@ class DaemonConfig(BaseModel):
                                 "the tags of the step before)")
     save_interval: float = Field(10.0, gt=0, description="seconds between saves of the state")
     stall_after: float = Field(1800.0, gt=0, description="seconds without a new step before a stall alert")
+    heartbeat_grace: float = Field(100.0, ge=0, description="seconds past its heartbeat's next_due before a run "
+                                   "that keeps one (the callback, the bundled trainer) is overdue (RLG-OVERDUE); "
+                                   "such a run is judged by its promise instead of stall_after")
     retire_after: float = Field(86400.0, gt=0, description="seconds without a new step after which a run with no "
                                 "evidence that it ended counts as ended (its stall alert resolves; it is retired)")
     outbox_retention: float = Field(14 * 86400.0, gt=0, description="seconds delivered notifications are kept")

@@ -23,7 +23,7 @@ import time
 from typing import TYPE_CHECKING
 
 from .. import incarnation
-from . import pidproof, stops
+from . import overdue, pidproof, stops
 
 if TYPE_CHECKING:
     from ..alerts import Alert
@@ -108,7 +108,7 @@ def judge_quiet(mon: RunMonitor, now: float, cfg: DaemonConfig) -> tuple[list[Al
     if info.stop_state == "requested":
         return [], None  # its outcome (stopped or ignored) is judged by check_stopped first
     if info.ended is None:
-        info.ended = ended_evidence(mon, cfg.stop.pid_file)
+        info.ended = overdue.ended(mon) or ended_evidence(mon, cfg.stop.pid_file)
         mon.changed = mon.changed or info.ended is not None
     if info.ended is not None or info.stop_state in ("stopped", "ignored"):
         why = info.ended or f"rlguard's stop request was {info.stop_state}"
@@ -116,6 +116,8 @@ def judge_quiet(mon: RunMonitor, now: float, cfg: DaemonConfig) -> tuple[list[Al
     if quiet >= cfg.retire_after:
         why = f"quiet for {quiet / 3600:.1f} h with no evidence that it ended"
         return _unstall(mon, now, f"counted as ended: {why}"), why
+    if overdue.promised(mon):
+        return [], None  # it keeps a heartbeat: judged by its promise (RLG-OVERDUE), never twice
     return mon.check_stall(now, cfg.stall_after), None
 
 

@@ -89,6 +89,7 @@ class RunMonitor:
         self.not_requested: str | None = None  # why the last stop decision wrote no request
         self.stop_sig: tuple | None = None  # rlguard/stop.json's stat at the last look, and when (see .selfstop)
         self.stop_at = 0.0
+        self.beat = None  # its rlguard/heartbeat.json as last read, and whether overdue fired (see .overdue)
 
     @property
     def log(self) -> str:

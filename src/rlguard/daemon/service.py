@@ -30,7 +30,7 @@ from ..errors import RLGuardError
 from ..ruleplan import RulePlan
 from ..rulespec import load_packs
 from ..sources.layout import Discovery, Found
-from . import control, lifecycle, saving, selfstop, startup
+from . import control, lifecycle, overdue, saving, selfstop, startup
 from .actions import stop_run
 from .budget import EvalBudget
 from .config import DaemonConfig
@@ -235,7 +235,9 @@ class Daemon:
         with self.lock:
             now = self.clock()
             for key, mon in list(self.runs.items()):
+                promise = overdue.check(mon, now, self.cfg.heartbeat_grace)  # (first: judge_quiet asks promised)
                 alerts, why = lifecycle.judge_quiet(mon, now, self.cfg)
+                alerts = promise + alerts
                 self._notify(alerts)
                 if why is not None:
                     lifecycle.retire(self, key, why)

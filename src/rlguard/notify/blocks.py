@@ -43,6 +43,7 @@ NONFINITE = Kind.NONFINITE.value
 #: the daemon's words on stops (rlguard.daemon.builtin, a run that stopped itself included): no
 #: metric value, their message says it all
 STOP_EVENTS = ("stopped", "stop_ignored", "stop_manual")
+NO_VALUE = (*STOP_EVENTS, "stall")  # the daemon's own rules on a run's progress: no metric value to show
 CONTINUES = "alert only; the run continues"
 
 
@@ -188,7 +189,7 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
               _field("Severity", a.severity), _field("Metric", a.metric),
               _field("Value", fmt_value(a.value)), _field("Step", a.step),
               _field("Action", action_text(a))]
-    if a.kind in STOP_EVENTS:  # no metric value: where the run ended, and what became of it
+    if a.kind in NO_VALUE:  # no metric value: where the run ended, and what became of it
         fields = [f for f in fields if f["text"].split("\n")[0] not in ("*Metric*", "*Value*")]
     if a.line is not None:
         fields.append(_field("Log line", a.line))
@@ -254,7 +255,7 @@ def _alert_line(a: Alert, fired: Alert | None = None, note: str = "") -> dict[st
                 f"{fit(a.rule, MAX_VALUE)}" + (" · the run is not known healthy" if a.kind == NONFINITE else "")
                 + note)
     else:
-        what = "" if a.kind in STOP_EVENTS else f"`{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} "
+        what = "" if a.kind in NO_VALUE else f"`{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} "
         head = (f"{_EMOJI.get(a.severity, ':warning:')} *{fit(a.kind, 60)}* "
                 f"({fit(a.severity, 20)}) · {what}"
                 f"at step {_num(a.step)} · rule {fit(a.rule, MAX_VALUE)} · {fit(action_text(a), 200)}")
@@ -362,7 +363,7 @@ def fallback_text(message: Message) -> str:
                 "the run is not known healthy")
     elif a.status == "resolved":
         text = f"rlguard: resolved {a.kind} in run {a.run}: {a.metric} cleared at step {a.step}"
-    elif a.kind in STOP_EVENTS:  # a stop asked by a person, what became of a stop request: its message says it all
+    elif a.kind in NO_VALUE:  # a stall, a stop asked by a person, what became of a stop request: its message says it all
         text = f"rlguard: [{a.severity}] run {a.run}: {a.message}"
     else:
         text = (f"rlguard: [{a.severity}] {a.kind} in run {a.run}: {a.metric} = "
