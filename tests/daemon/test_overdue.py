@@ -93,3 +93,39 @@ def test_an_ended_heartbeat_never_alerts(tmp_path, daemon_factory, slack):
     log = (tmp_path / "daemon.log").read_text()
     assert "heartbeat.json records its end at step 5" in log, log[-2000:]  # retired as ended
     assert d.stop() == 0
+
+
+@pytest.mark.parametrize("bad, why", [
+    ('{"step": "5", "at": 1, "next_due": 2, "ended": false}', "field 'step': expected a step number"),
+    ('{"step": 5, "at": 1, "next_due": NaN, "ended": false}', "field 'next_due': expected a unix time"),
+    ("[1, 2", "invalid JSON"),
+    ("x" * 5000, "over 4096 bytes"),
+    (None, "a symbolic link (never followed)"),
+])
+def test_a_malformed_heartbeat_is_one_log_line_and_the_run_keeps_rlg_stall(tmp_path, caplog, bad, why):
+    """Untrusted input: the daemon (in process, its clock moved by the test) skips it with one
+    log line, and the run is judged by RLG-STALL as a run without a heartbeat."""
+    from rlguard.daemon.config import DaemonConfig
+    from rlguard.daemon.service import Daemon
+
+    log = tmp_path / "runs" / "bad" / "metrics.jsonl"
+    append(log, healthy(1, 5))
+    path = log.parent / "rlguard" / "heartbeat.json"
+    path.parent.mkdir()
+    if bad is None:
+        (tmp_path / "elsewhere.json").write_text('{"step": 5, "at": 1, "next_due": 1e12, "ended": false}')
+        path.symlink_to(tmp_path / "elsewhere.json")  # a promise far ahead, through a link: not followed
+    else:
+        path.write_text(bad)
+    now = [1000.0]
+    d = Daemon(DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), stall_after=60, eval_interval=0,
+                            heartbeat_grace=1), clock=lambda: now[0])
+    d.discover()
+    d.poll()
+    with caplog.at_level("WARNING", logger="rlguard.daemon"):
+        for _ in range(3):
+            now[0] += 30
+            d.stall()
+    skipped = [r.getMessage() for r in caplog.records if "heartbeat.json skipped" in r.getMessage()]
+    assert len(skipped) == 1 and why in skipped[0], skipped  # once: not read again until it changes
+    assert d.runs[str(log)].info.stalled  # RLG-STALL, as for a run without a heartbeat
