@@ -6,6 +6,7 @@ end. A real InLoopGuard, a real watchdog and the default pack, real files; the c
 from __future__ import annotations
 
 import json
+import os
 
 from rlguard import InLoopGuard, Watchdog, load_packs
 from rlguard.heartbeat import GRACE_MIN, K, LONG_FACTOR, LONG_MEASURED, Schedule
@@ -74,3 +75,21 @@ def test_the_schedule_of_real_training_arguments(tmp_path):
     assert s.ahead(100) == "checkpoint save at step 100"  # both at step 100: the save is named
     none = Schedule.of_args(TrainingArguments(output_dir=str(tmp_path), save_strategy="no", report_to=[]), 100)
     assert (none.eval_every, none.save_every) == (0, 0)
+
+
+def test_a_heartbeat_that_cannot_be_written_never_stops_training(tmp_path, caplog):
+    """A full disk or a read-only run dir: said once; the run goes on; a stale heartbeat is removed
+    (the daemon then judges the run by stall_after, not by a promise it cannot renew)."""
+    clock = [0.0]
+    g = guard_at(tmp_path, clock)
+    beat(g, clock, 1, 0)
+    hb = tmp_path / "rlguard" / "heartbeat.json"
+    assert hb.exists()
+    (hb.parent / f".heartbeat.json.{os.getpid()}.tmp").mkdir()  # the temporary file cannot be written
+    with caplog.at_level("WARNING", logger="rlguard"):
+        for step in (2, 3):
+            clock[0] += 10
+            g.observe(step, {"loss": 0.5})
+    said = [r.getMessage() for r in caplog.records if "not written" in r.getMessage()]
+    assert len(said) == 1 and "judges this run by stall_after" in said[0], said
+    assert not hb.exists()  # the stale promise is gone: no overdue alert on a run that logs on

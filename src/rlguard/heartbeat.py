@@ -24,6 +24,7 @@ This module imports nothing of rlguard (layer 0).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import statistics
@@ -34,6 +35,7 @@ from pathlib import Path
 from typing import Callable
 
 HEARTBEAT = os.path.join("rlguard", "heartbeat.json")
+log = logging.getLogger("rlguard")
 GRACE_MIN = 120.0  # seconds: the shortest promise
 K = 3.0  # x the median interval between records
 WINDOW = 20  # recent intervals the median is taken over
@@ -87,6 +89,7 @@ class Heartbeat:
         self.intervals: deque[float] = deque(maxlen=WINDOW)
         self.long_gap: float | None = None  # the last measured gap across a save or an evaluation
         self._last: tuple[int, float, str | None] | None = None  # (step, at, what was ahead) of the last beat
+        self.failed = False  # a write failed (said once)
 
     def promise(self) -> tuple[float, str]:
         """(seconds until the next record is due, why), from what was measured so far."""
@@ -122,10 +125,24 @@ class Heartbeat:
                             "incarnation": incarnation, "ended": True})
 
     def _write(self, rec: dict) -> dict:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Written atomically; a failed write never stops training: it is said once, and a stale
+        heartbeat is removed where possible (the daemon then judges the run by ``stall_after``,
+        never by a promise the run can no longer renew)."""
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(rec) + "\n")
-        os.replace(tmp, self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_text(json.dumps(rec) + "\n")
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            if not self.failed:
+                self.failed = True
+                log.warning("rlguard: %s not written (%s): a daemon judges this run by stall_after", self.path,
+                            exc.strerror or exc)
+            for stale in (tmp, self.path):
+                try:
+                    stale.unlink()
+                except OSError:
+                    pass
         return rec
 
 
