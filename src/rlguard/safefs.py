@@ -12,18 +12,55 @@ else's. So every file rlguard writes into a run dir is made here:
   never followed nor overwritten;
 - it takes its final name by ``link`` (fails if the name exists, a link included), so nothing
   already there is replaced.
+
+Reading a small record such a directory holds (a run's ``rlguard/stop.json``, its heartbeat) is
+:func:`read_small`: a regular file only, never through a link nor blocking on a FIFO, bounded;
+:func:`signature` tells whether it changed since the last look without opening it.
 """
 from __future__ import annotations
 
 import errno
 import os
 import secrets
+import stat
 from contextlib import contextmanager
 from typing import Iterator
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _DIR = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _CLOEXEC
+
+
+def signature(path: str) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of ``path`` itself (a link is not followed), None when absent."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def read_small(path: str, limit: int) -> tuple[bytes | None, str | None, str | None]:
+    """``(data, tag, why)``: at most ``limit + 1`` bytes of the regular file ``path`` (the caller
+    tells an oversized one by its length), opened without following a link nor blocking on a
+    FIFO. ``(None, None, None)`` when it is absent; else, when it cannot be read, a stable
+    ``tag`` ("a-link", "not-a-file", "unreadable") and the reason in words."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | _CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ENOENT:
+            return None, None, None
+        if exc.errno == errno.ELOOP:
+            return None, "a-link", "a symbolic link (never followed)"
+        return None, "unreadable", f"cannot open: {exc.strerror}"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None, "not-a-file", "not a regular file"
+        return os.read(fd, limit + 1), None, None
+    except OSError as exc:
+        return None, "unreadable", f"cannot read: {exc.strerror}"
+    finally:
+        os.close(fd)
 
 
 class UnsafePath(OSError):

@@ -25,17 +25,16 @@ a malformed heartbeat is one log line and counts as none (the run keeps ``RLG-ST
 """
 from __future__ import annotations
 
-import errno
 import json
 import logging
 import math
 import os
-import stat
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..alerts import Alert
 from ..heartbeat import HEARTBEAT
+from ..safefs import read_small, signature
 from . import selfstop
 from .builtin import OVERDUE
 
@@ -64,11 +63,7 @@ def look(mon: RunMonitor) -> dict | None:
     if not mon.found.run_dir:
         return None
     path = os.path.join(mon.found.run_dir, HEARTBEAT)
-    try:
-        st = os.lstat(path)
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-    except OSError:
-        sig = None
+    sig = signature(path)
     if sig != beat.sig:
         beat.sig = sig
         beat.rec, why = read(path) if sig is not None else (None, None)
@@ -151,22 +146,10 @@ def _alert(mon: RunMonitor, rec: dict | None, status: str, msg: str) -> Alert:
 
 def read(path: str) -> tuple[dict | None, str | None]:
     """(the validated heartbeat or None, why it is not one): a bounded read of a regular file,
-    never through a link (O_NOFOLLOW) nor blocking on a FIFO (O_NONBLOCK)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:
-            return None, None
-        return None, "a symbolic link (never followed)" if exc.errno == errno.ELOOP else f"cannot open: {exc.strerror}"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None, "not a regular file"
-        data = os.read(fd, MAX_BYTES + 1)
-    except OSError as exc:
-        return None, f"cannot read: {exc.strerror}"
-    finally:
-        os.close(fd)
+    never through a link nor blocking on a FIFO (:func:`rlguard.safefs.read_small`)."""
+    data, _, why = read_small(path, MAX_BYTES)
+    if data is None:
+        return None, why
     if len(data) > MAX_BYTES:
         return None, f"over {MAX_BYTES} bytes (a heartbeat is under 300)"
     try:

@@ -19,15 +19,14 @@ record's own words: where it stopped, why, where the incident began, the checkpo
 """
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
 import logging
 import os
-import stat
 from typing import TYPE_CHECKING
 
 from ..alerts import Alert
+from ..safefs import read_small, signature
 from .builtin import STOP_IN_RUN
 from .stops import kept
 
@@ -58,11 +57,7 @@ def check(mon: RunMonitor, now: float, live_for: float) -> Alert | None:
             return None
     mon.stop_at = now
     path = os.path.join(mon.found.run_dir, RECORD)
-    try:
-        st = os.lstat(path)
-        sig = (st.st_ino, st.st_size, st.st_mtime_ns)
-    except OSError:
-        sig = None
+    sig = signature(path)
     if info.stop_looked and sig == mon.stop_sig:
         return None  # unchanged since the last look: not read again
     mon.stop_sig = sig
@@ -90,24 +85,11 @@ def check(mon: RunMonitor, now: float, live_for: float) -> Alert | None:
 
 def read(path: str) -> tuple[str | None, dict | None, str | None]:
     """(fingerprint, the validated record or None, why it is not one): a bounded read of a
-    regular file, never through a link (O_NOFOLLOW) nor blocking on a FIFO (O_NONBLOCK)."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    try:
-        fd = os.open(path, flags)
-    except OSError as exc:
-        if exc.errno == errno.ENOENT:  # gone since its lstat
-            return None, None, None
-        if exc.errno == errno.ELOOP:
-            return "a-link", None, "a symbolic link (never followed)"
-        return "unreadable", None, f"cannot open: {exc.strerror}"
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return "not-a-file", None, "not a regular file"
-        data = os.read(fd, MAX_BYTES + 1)
-    except OSError as exc:
-        return "unreadable", None, f"cannot read: {exc.strerror}"
-    finally:
-        os.close(fd)
+    regular file, never through a link nor blocking on a FIFO (:func:`rlguard.safefs.read_small`);
+    a file that cannot be read is fingerprinted by why ("a-link", "not-a-file", "unreadable")."""
+    data, tag, why = read_small(path, MAX_BYTES)
+    if data is None:
+        return tag, None, why
     fp = hashlib.sha1(data).hexdigest()
     if len(data) > MAX_BYTES:
         return fp, None, f"over {MAX_BYTES} bytes (a stop record is under 2 KB)"
