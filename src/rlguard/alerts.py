@@ -166,3 +166,15 @@ class Decision:
         if self.alert is not None:
             out["alert"] = self.alert.to_dict()
         return out
+
+
+def hints(alerts: list[Alert]) -> list[tuple[str, str]]:
+    """(kind, what to check) for each kind among the alerts, from their rules' ``hint``
+    annotations (the first alert of a kind that carries one), with the runbook link if any."""
+    out: dict[str, str] = {}
+    for a in alerts:
+        hint = (a.annotations or {}).get("hint")
+        if hint and a.kind not in out:
+            url = a.annotations.get("runbook_url")
+            out[a.kind] = hint + (f" Runbook: {url}" if url else "")
+    return list(out.items())

@@ -273,3 +273,25 @@ def _num(v: float | None) -> str:
     if v is None:
         return "not finite"
     return f"{v:.4g}"
+
+
+def by_incident(alerts: list[Alert]) -> list[tuple[dict | None, list[Alert]]]:
+    """Alerts grouped by incident, in order of the incidents' first alerts, each incident as its
+    fullest snapshot has it and its cause first; the alerts in no incident (info) last, as one group."""
+    groups: dict[int, list[Alert]] = {}
+    latest: dict[int, dict] = {}
+    loose = []
+    for a in alerts:
+        if a.incident:
+            groups.setdefault(a.incident["id"], []).append(a)
+            known = latest.get(a.incident["id"])  # snapshots grow: the fullest is the latest word
+            if known is None or len(a.incident["followed"]) >= len(known["followed"]):
+                latest[a.incident["id"]] = a.incident
+        else:
+            loose.append(a)
+    out: list[tuple[dict | None, list[Alert]]] = []
+    for i, members in groups.items():
+        c = latest[i]["cause"]
+        members.sort(key=lambda a: (a.rule, a.metric, a.step) != (c["rule"], c["metric"], c["step"]))
+        out.append((latest[i], members))
+    return out + ([(None, loose)] if loose else [])

@@ -3,43 +3,9 @@ from __future__ import annotations
 
 from typing import TextIO
 
-from .alerts import Action, Alert, Decision
+from .alerts import Action, Alert, Decision, hints
 from .numfmt import fmt
-from .incidents import agreement, summary
-
-def hints(alerts: list[Alert]) -> list[tuple[str, str]]:
-    """(kind, what to check) for each kind among the alerts, from their rules' ``hint``
-    annotations (the first alert of a kind that carries one), with the runbook link if any."""
-    out: dict[str, str] = {}
-    for a in alerts:
-        hint = (a.annotations or {}).get("hint")
-        if hint and a.kind not in out:
-            url = a.annotations.get("runbook_url")
-            out[a.kind] = hint + (f" Runbook: {url}" if url else "")
-    return list(out.items())
-
-
-def by_incident(alerts: list[Alert]) -> list[tuple[dict | None, list[Alert]]]:
-    """Alerts grouped by incident, in order of the incidents' first alerts, each incident as its
-    fullest snapshot has it and its cause first; the alerts in no incident (info) last, as one group."""
-    groups: dict[int, list[Alert]] = {}
-    latest: dict[int, dict] = {}
-    loose = []
-    for a in alerts:
-        if a.incident:
-            groups.setdefault(a.incident["id"], []).append(a)
-            known = latest.get(a.incident["id"])  # snapshots grow: the fullest is the latest word
-            if known is None or len(a.incident["followed"]) >= len(known["followed"]):
-                latest[a.incident["id"]] = a.incident
-        else:
-            loose.append(a)
-    out: list[tuple[dict | None, list[Alert]]] = []
-    for i, members in groups.items():
-        c = latest[i]["cause"]
-        members.sort(key=lambda a: (a.rule, a.metric, a.step) != (c["rule"], c["metric"], c["step"]))
-        out.append((latest[i], members))
-    return out + ([(None, loose)] if loose else [])
-
+from .incidents import agreement, by_incident, summary
 
 def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: tuple[int, int] | None,
                 notes: list[str], alerts: list[Alert], decisions: list[Decision],

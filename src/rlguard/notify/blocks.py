@@ -20,8 +20,8 @@ from typing import Any
 from ..alerts import Alert, Kind
 from ..incidents import kind_words, summary
 from ..keep import before_incident
-from ..render import by_incident
-from ..render import hints as rule_hints
+from ..alerts import hints as rule_hints
+from ..incidents import by_incident
 from ..verdict import onset_of
 from .message import Message, action_rank, severity_rank
 
