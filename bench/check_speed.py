@@ -9,7 +9,7 @@ then times in this interpreter, after a warm-up check (imports), ``--repeat`` ti
 alternated (a b, b a, ...: the same-process json time moved by 60% from one minute to the next
 when all of (a) ran before all of (b)):
   (a) stdlib ``json.loads`` of every line,
-  (b) ``rlguard.cli.main(["check", path, "--format", "json"])`` with stdout sent to /dev/null.
+  (b) ``rlguard.cli.main.main(["check", path, "--format", "json"])`` with stdout sent to /dev/null.
 Prints the best time of each and their ratio, and the median of each pair's ratio; exits 1
 if the ratio of the best times is above ``--target``.
 
@@ -36,7 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "corpus"))
 try:
-    import rlguard.cli  # noqa: F401  (installed, or editable install)
+    import rlguard.cli.main  # noqa: F401  (installed, or editable install)
 except ImportError:
     sys.path.insert(0, str(ROOT / "src"))
 
@@ -82,7 +82,7 @@ def stdout_to_devnull():
 
 
 def time_rlguard(path: Path) -> tuple[float, object]:
-    from rlguard import cli  # imported before timing starts
+    from rlguard.cli import main as cli  # imported before timing starts
 
     t0 = CLOCK()
     with stdout_to_devnull():
@@ -146,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"EMIT {t_json} {t_rl}")
         return 0
     try:
-        from rlguard import cli  # noqa: F401
+        from rlguard.cli import main as cli  # noqa: F401
     except ImportError as e:
-        print(f"rlguard.cli is not importable ({e}); install rlguard first", file=sys.stderr)
+        print(f"rlguard.cli.main is not importable ({e}); install rlguard first", file=sys.stderr)
         return 2
 
     with tempfile.TemporaryDirectory() as tmp:

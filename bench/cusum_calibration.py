@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "healthy"
 from sim import NOISES, RunSpec, simulate  # noqa: E402
 
 from rlguard.detectors import DETECTORS, Chunk  # noqa: E402
-from rlguard.rulespec import load_packs  # noqa: E402
+from rlguard.rules.spec import load_packs  # noqa: E402
 
 KEYS = ("reward", "critic/score/mean")
 
@@ -87,7 +87,7 @@ def pack_delays(bad: list[tuple[int, np.ndarray]]) -> list[int | None]:
     onset, None where none. Runs under whichever rlguard is imported (PYTHONPATH=another
     tree/src measures that tree: the comparison the closing note quotes)."""
     from rlguard.sources.base import LogRecord
-    from rlguard.watchdog import Watchdog
+    from rlguard.engine.watchdog import Watchdog
     out = []
     for onset, v in bad:
         rng = np.random.default_rng(len(v))

@@ -30,7 +30,7 @@ POLL, EVAL = 2.0, 10.0
 
 def measure(runs: int, seconds: float, warm: float, quiet: float) -> dict:
     from rlguard.daemon.runs import RunMonitor
-    from rlguard.rulespec import load_packs
+    from rlguard.rules.spec import load_packs
     from rlguard.sources.layout import Found
 
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-cadence-"))

@@ -36,7 +36,7 @@ def records(n: int, seed: int = 0):
 
 
 def measure(warm: int, evals: int, chunk: int, profile: bool, rounds: int) -> dict:
-    from rlguard.watchdog import Watchdog
+    from rlguard.engine.watchdog import Watchdog
     recs = records(warm + evals * chunk)
     times = []
     prof = cProfile.Profile() if profile else None

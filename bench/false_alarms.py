@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "healthy"
 from falsealarms import PACK_BUDGET, Tally, measure, severe_rules, specs  # noqa: E402
 from sim import EXTRA_INTERVALS, EXTRA_NOISES, FAMILIES, INTERVALS, NOISES  # noqa: E402
 
-from rlguard.rulespec import load_packs  # noqa: E402
+from rlguard.rules.spec import load_packs  # noqa: E402
 
 _PACKS = None
 SHORT = {"gauss": "gauss", "t3": "t3", "tiny_group": "tiny", "ar1": "ar1", "outliers": "outl",

@@ -12,7 +12,7 @@ codes must be 0, 1 or 2, each case under 10 s and 500 MB, each exit 2 one line n
 
     python bench/fuzz_readers.py [--cases 100000] [--seed 0] [--formats jsonl,csv,...] [--cli 200]
 
-``tests/test_fuzz_readers.py`` runs the same harness with a small budget in ``make test``.
+``tests/sources/test_fuzz_readers.py`` runs the same harness with a small budget in ``make test``.
 """
 from __future__ import annotations
 
@@ -29,12 +29,12 @@ import time
 import traceback
 from pathlib import Path
 
-from rlguard.columns import Naming, columnize
-from rlguard.errors import RLGuardError
+from rlguard.engine.columns import Naming, columnize
+from rlguard.core.errors import RLGuardError
 from rlguard.sources import READERS, open_reader
 from rlguard.sources.cap import MetricCap
-from rlguard.vocab import Vocabulary
-from rlguard.watchdog import Watchdog
+from rlguard.rules.vocab import Vocabulary
+from rlguard.engine.watchdog import Watchdog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from wandb_frames import frame  # noqa: E402  (the tests' W&B writer)
@@ -91,7 +91,7 @@ def seeds() -> dict[str, bytes]:
 
 def _wandb_bytes(rows: list[dict]) -> bytes:
     """A W&B transaction log of the rows: one history record per row, framed as ``wandb`` writes
-    it (tests/wandb_frames.py). Needs the wandb extra for its protobuf classes."""
+    it (tests/sources/wandb_frames.py). Needs the wandb extra for its protobuf classes."""
     from rlguard.sources.wandb_run import record_class
 
     record = record_class("fuzz")

@@ -90,7 +90,7 @@ def main() -> int:
     threading.Thread.run = _profiled_run(threading.Thread.run)  # every thread started from now
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     signal.signal(signal.SIGUSR2, lambda *_: _mark.update(summed()))
-    from rlguard.cli import main as rlguard_main
+    from rlguard.cli.main import main as rlguard_main
 
     main_prof = _profile()  # the main thread too (`check` runs there)
     try:

@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from rlguard.daemon.quiet import MIN_HISTORY, QuietScreen, watched_keys  # noqa: E402
 from rlguard.sources import detect_format, open_reader  # noqa: E402
 from rlguard.sources.base import LogRecord  # noqa: E402
-from rlguard.watchdog import Watchdog  # noqa: E402
+from rlguard.engine.watchdog import Watchdog  # noqa: E402
 
 
 def replay(recs: list, per_tick: int, warm: int, min_history: int = MIN_HISTORY) -> tuple[int, int, collections.Counter]:

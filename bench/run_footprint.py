@@ -36,11 +36,11 @@ from daemon_load import row  # noqa: E402  (the daemon bench's records: same met
 def shared_rules(packs):
     """What a daemon hands every run it watches: one plan of its packs (``RulePlan``), or, in a
     tree from before the plan, the packs themselves."""
-    from rlguard.watchdog import Watchdog
+    from rlguard.engine.watchdog import Watchdog
 
     if "plan" not in Watchdog.__dataclass_fields__:  # (an editable install may still find the module)
         return packs
-    from rlguard.ruleplan import RulePlan
+    from rlguard.rules.plan import RulePlan
 
     return RulePlan(packs)
 
@@ -62,7 +62,7 @@ def measure(runs: int, history: int, polls: int) -> dict:
     import rlguard
     from rlguard.daemon import codec
     from rlguard.daemon.runs import RunMonitor
-    from rlguard.rulespec import load_packs
+    from rlguard.rules.spec import load_packs
     from rlguard.sources.layout import Found
 
     packs, rng = shared_rules(load_packs()), random.Random(0)

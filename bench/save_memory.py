@@ -41,7 +41,7 @@ def rss_mb() -> float:
 def measure(mode: str, runs: int, history: int, saves: int) -> dict:
     from rlguard.daemon.runs import RunMonitor
     from rlguard.daemon.store import Store
-    from rlguard.rulespec import load_packs
+    from rlguard.rules.spec import load_packs
     from rlguard.sources.layout import Found
 
     packs, rng = shared_rules(load_packs()), random.Random(0)

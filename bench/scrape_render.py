@@ -8,9 +8,9 @@ the 12 metrics bench/daemon_load.py logs; every 10th run ends with a GRPO fault 
 equal), so alerts fire. After one poll, in the same process, alternated, ``--repeat`` times
 (default 15) each:
 
-- baseline: :class:`~rlguard.exporter.RLGuardCollector` in a prometheus_client registry,
+- baseline: :class:`~rlguard.daemon.exporter.RLGuardCollector` in a prometheus_client registry,
   ``generate_latest`` (families built with ``add_metric``, then the generic writer);
-- new: :func:`rlguard.exposition.render`, the text straight from the daemon's view (what
+- new: :func:`rlguard.daemon.exposition.render`, the text straight from the daemon's view (what
   ``/metrics`` serves).
 
 The two texts are compared byte for byte first (the bench stops if they differ). Reported: the
@@ -38,8 +38,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
-from rlguard.exporter import RLGuardCollector
-from rlguard.exposition import render
+from rlguard.daemon.exporter import RLGuardCollector
+from rlguard.daemon.exposition import render
 
 
 def build(root: Path, runs: int, steps: int, plain: bool = False) -> Daemon:

@@ -16,9 +16,9 @@ def test_wheel_contains_the_rules(tmp_path):
     assert r.returncode == 0, r.stderr[-2000:]
     wheel = next(tmp_path.glob("rlguard-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"rlguard/rules/default.yaml", "rlguard/rules/aliases.yaml", "rlguard/rules/rules.schema.json"} <= names
-    assert any(n.startswith("rlguard/rules/tests/") for n in names)
-    parts = {f"rlguard/rules/default/{p.name}" for p in (ROOT / "rules" / "default").glob("*.yaml")}
+    assert {"rlguard/rules/data/default.yaml", "rlguard/rules/data/aliases.yaml", "rlguard/rules/data/rules.schema.json"} <= names
+    assert any(n.startswith("rlguard/rules/data/tests/") for n in names)
+    parts = {f"rlguard/rules/data/default/{p.name}" for p in (ROOT / "rules" / "default").glob("*.yaml")}
     assert parts and parts <= names  # the files of rules the default pack includes
     assert "rlguard/detectors/base.py" in names and "rlguard_trainer/loop.py" in names
     meta = next(n for n in names if n.endswith("METADATA"))

@@ -1,26 +1,27 @@
 """rlguard: a training-health monitor and early-stopping service for RL fine-tuning of LLMs."""
-from .alerts import Action, Alert, Decision, Kind, Severity
-from .coverage import summary_lines as coverage_lines
-from .errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
-from .reward_watch import RewardWatch, reward_watch, watch_rewards
-from .keep import Checkpoints, Keep, Pinned, checkpoint_to_keep
-from .rulespec import Rule, RulePack, load_pack, load_packs
-from .verdict import RunRecords, Verdict, decision_record, stop_record
-from .watchdog import Watchdog
+from .core.alerts import Action, Alert, Decision, Kind, Severity
+from .core.coverage import summary_lines as coverage_lines
+from .core.errors import InputError, LogFormatError, RLGuardError, RuleError, StateError
+from .inloop.reward_watch import RewardWatch, reward_watch, watch_rewards
+from .core.keep import Checkpoints, Keep, Pinned, checkpoint_to_keep
+from .rules.spec import Rule, RulePack, load_pack, load_packs
+from .core.verdict import RunRecords, Verdict, decision_record, stop_record
+from .core.version import VERSION
+from .engine.watchdog import Watchdog
 
-__version__ = "0.1.0"
+__version__ = VERSION
 
 
 def __getattr__(name: str):
     """``RLGuardCallback`` imports transformers, so it is loaded only when asked for; so is the
     in-loop guard (``rlguard check`` and the daemon start without it)."""
     if name in ("InLoopGuard", "Broadcast"):
-        from . import inloop
+        from .inloop import guard as inloop
 
         return getattr(inloop, name)
     if name == "RLGuardCallback":
         try:
-            from .callback import RLGuardCallback
+            from .inloop.callback import RLGuardCallback
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise ImportError(f"RLGuardCallback needs transformers ({exc}); "
                               "install it with: pip install 'rlguard[trainer]'") from None

@@ -75,7 +75,7 @@ def expected(runs: dict[Path, list[dict]], name_of) -> tuple[set, set, dict]:
     that fire (an alert that clears again within one evaluation chunk is never told, by design),
     and per run how many times an alert fired (what ``rlguard_alerts_total`` counts)."""
     from rlguard.sources import LogRecord
-    from rlguard.watchdog import Watchdog
+    from rlguard.engine.watchdog import Watchdog
 
     must, may, counts = set(), set(), {}
     for d, rows in runs.items():

@@ -10,7 +10,7 @@ from daemon_helpers import append, constant_reward, healthy
 from rlguard.daemon.budget import EvalBudget
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
-from rlguard.exporter import RLGuardCollector
+from rlguard.daemon.exporter import RLGuardCollector
 
 RUNS = 6
 TINY = 1e-9  # one evaluation spends it

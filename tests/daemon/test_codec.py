@@ -12,7 +12,7 @@ import numpy as np
 from rlguard.daemon.codec import MIN_LEN, decode, encode
 from rlguard.daemon.store import Store
 from rlguard.sources.base import LogRecord
-from rlguard.watchdog import Watchdog
+from rlguard.engine.watchdog import Watchdog
 
 
 def test_float_series_round_trip_bit_for_bit():

@@ -6,7 +6,7 @@ import json
 
 from daemon_helpers import append, cli, constant_reward, healthy
 
-from rlguard.verdict import STOP_KEYS
+from rlguard.core.verdict import STOP_KEYS
 
 
 def test_status_and_stop_through_the_daemon(tmp_path, daemon_factory):

@@ -70,7 +70,7 @@ def test_kill_9_restart_no_duplicate_and_no_loss(tmp_path, daemon_factory):
 
 def test_sighup_reload_keeps_old_rules_when_the_new_file_is_bad(tmp_path, daemon_factory):
     rules = tmp_path / "pack.yaml"
-    from rlguard.paths import DEFAULT_PACK
+    from rlguard.rules.paths import DEFAULT_PACK
 
     shutil.copy(DEFAULT_PACK, rules)
     shutil.copytree(DEFAULT_PACK.parent / "default", tmp_path / "default")  # the files it includes

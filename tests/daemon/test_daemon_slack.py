@@ -64,7 +64,7 @@ def test_slack_says_requested_obeyed_and_ignored_stops(tmp_path, daemon_factory,
     acknowledging the request (a TRL run without the callback)."""
     from test_honest import STUCK, obey
 
-    from rlguard import incarnation
+    from rlguard.stop import incarnation
 
     cfg = tmp_path / "daemon.yaml"
     cfg.write_text("slack:\n  group_wait: 0\n  group_interval: 1\n  repeat_interval: 3600\n")

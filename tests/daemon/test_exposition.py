@@ -1,5 +1,5 @@
-"""/metrics is written straight from the daemon's view by rlguard.exposition: byte for byte what
-prometheus_client's generate_latest writes over rlguard.exporter.RLGuardCollector (the families
+"""/metrics is written straight from the daemon's view by rlguard.daemon.exposition: byte for byte what
+prometheus_client's generate_latest writes over rlguard.daemon.exporter.RLGuardCollector (the families
 the exporter has always built), for a real daemon with hostile run, team, user and cluster
 names, for every ``name[]=`` filter, over real HTTP, and for a hand-made view holding what no
 daemon reaches today (NaN and infinite values, huge and tiny floats, any rule or label text).
@@ -17,14 +17,14 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.utils import floatToGoString
 
-from rlguard.alerts import Alert
+from rlguard.core.alerts import Alert
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.runs import RunSnapshot
 from rlguard.daemon.service import Daemon
 from rlguard.daemon.view import DaemonState, Health, ShardState
-from rlguard.exporter import DAEMON_FAMILIES, RUN_FAMILIES, RLGuardCollector
-from rlguard.exposition import escape, number, render
-from rlguard.http_api import serve
+from rlguard.daemon.exporter import DAEMON_FAMILIES, RUN_FAMILIES, RLGuardCollector
+from rlguard.daemon.exposition import escape, number, render
+from rlguard.daemon.http_api import serve
 
 HOSTILE = ['plain', 'quo"te', 'back\\slash', 'new\nline', 'ünïcode ✓ 日本', 'per%cent %s %(x)s %%', 'tab\tend ',
            '{brace}="x",', 'trailing\\', '\\"\\n', 'emoji 🚀']

@@ -15,7 +15,7 @@ from daemon_helpers import append, fill_disk, healthy
 
 from rlguard.daemon.config import DaemonConfig, StopConfig
 from rlguard.daemon.service import Daemon
-from rlguard.exporter import RLGuardCollector
+from rlguard.daemon.exporter import RLGuardCollector
 
 
 def daemon(tmp_path, watch, state=None, **kw) -> Daemon:

@@ -7,13 +7,14 @@ import socket
 
 from daemon_helpers import append
 
-from rlguard import RunRecords, Verdict, checkpoint_to_keep, incarnation
+from rlguard import RunRecords, Verdict, checkpoint_to_keep
+from rlguard.stop import incarnation
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
-from rlguard.exporter import RLGuardCollector
+from rlguard.daemon.exporter import RLGuardCollector
 from rlguard.notify.blocks import render
 from rlguard.notify.message import Message
-from rlguard.stopfile import take_stop_request
+from rlguard.stop.request import take_stop_request
 
 STUCK = [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(1, 8)]
 

@@ -18,7 +18,7 @@ from daemon_helpers import append, constant_reward, flush_events, free_port, hea
 
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
-from rlguard.exporter import RLGuardCollector
+from rlguard.daemon.exporter import RLGuardCollector
 from rlguard.sources.layout import Discovery
 
 

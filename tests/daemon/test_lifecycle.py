@@ -14,7 +14,7 @@ import time
 import pytest
 from daemon_helpers import append, constant_reward, healthy
 
-from rlguard import incarnation
+from rlguard.stop import incarnation
 
 
 def healthz_body(d) -> dict:

@@ -13,8 +13,8 @@ import pytest
 from daemon_helpers import append, healthy
 from test_stop_story import said, setup, texts
 
-from rlguard import incarnation
-from rlguard.heartbeat import GRACE_MIN, Heartbeat, Schedule
+from rlguard.stop import incarnation
+from rlguard.stop.heartbeat import GRACE_MIN, Heartbeat, Schedule
 
 pytest.importorskip("slack_sdk")
 

@@ -12,7 +12,7 @@ import pytest
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.quiet import MIN_HISTORY, QuietScreen
 from rlguard.daemon.runs import RunMonitor
-from rlguard.rulespec import load_packs
+from rlguard.rules.spec import load_packs
 from rlguard.sources.base import LogRecord
 from rlguard.sources.layout import Found
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 from rlguard.daemon.tail import FileTail
-from rlguard.errors import LogFormatError
+from rlguard.core.errors import LogFormatError
 from rlguard.sources.base import Reader
 from rlguard.sources.jsonl import JsonlReader
 from rlguard.sources import open_reader

@@ -7,9 +7,9 @@ from daemon_helpers import append, constant_reward, healthy
 
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
-from rlguard.ruleplan import RulePlan
-from rlguard.rulespec import load_packs
-from rlguard.watchdog import Watchdog
+from rlguard.rules.plan import RulePlan
+from rlguard.rules.spec import load_packs
+from rlguard.engine.watchdog import Watchdog
 
 
 def make(tmp_path) -> Daemon:
@@ -79,8 +79,8 @@ def test_a_run_on_a_plan_loads_no_pack(tmp_path, monkeypatch):
     def loaded(*a, **k):
         raise AssertionError("packs loaded again for a run")
 
-    monkeypatch.setattr("rlguard.watchdog.load_packs", loaded)
-    monkeypatch.setattr("rlguard.rulespec.load_pack", loaded)
+    monkeypatch.setattr("rlguard.engine.watchdog.load_packs", loaded)
+    monkeypatch.setattr("rlguard.rules.spec.load_pack", loaded)
     d.poll()
     assert len(d.runs) == 1 and next(iter(d.runs.values())).watchdog.instances
     Watchdog(plan=d.plan)

@@ -13,7 +13,7 @@ from rlguard.daemon.fleet import Fleet
 from rlguard.daemon.handoff import HandoffStore
 from rlguard.daemon.labels import PathTemplate
 from rlguard.daemon.shard import ShardSpec, owner_of, shard_key, watch_roots
-from rlguard.errors import InputError
+from rlguard.core.errors import InputError
 from rlguard.sources.layout import Found
 
 
@@ -174,7 +174,7 @@ def test_the_fleet_returns_what_went_wrong_instead_of_calling_into_the_daemon(tm
     import shutil
 
     from rlguard.daemon.runs import RunMonitor
-    from rlguard.rulespec import load_packs
+    from rlguard.rules.spec import load_packs
 
     log = tmp_path / "logs" / "r1" / "metrics.jsonl"
     log.parent.mkdir(parents=True)
@@ -199,7 +199,7 @@ def test_changed_runs_are_published_a_share_at_each_save_the_longest_waiting_fir
     whole interval went by: each record is about one interval old at most, and 10,000 runs are
     not written (under the daemon's lock) in one go."""
     from rlguard.daemon.runs import RunMonitor
-    from rlguard.rulespec import load_packs
+    from rlguard.rules.spec import load_packs
 
     fleet = _fleet(tmp_path, "0/1")  # handoff_interval 60, clock at 1000
     runs = {}
@@ -236,7 +236,7 @@ def test_a_run_not_judged_yet_is_not_drawn_into_the_alert_probe(tmp_path):
     judged yet has nothing pending or firing (10,000 runs found at a start were each drawn into
     every probe until judged); one restored with a rule firing is drawn in from the start."""
     from rlguard.daemon.runs import RunMonitor
-    from rlguard.rulespec import load_packs
+    from rlguard.rules.spec import load_packs
 
     log = tmp_path / "logs" / "r1" / "metrics.jsonl"
     log.parent.mkdir(parents=True)

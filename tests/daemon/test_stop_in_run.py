@@ -20,7 +20,8 @@ import pytest
 from daemon_helpers import append, healthy
 from test_stop_story import said, setup, texts
 
-from rlguard import RunRecords, Verdict, incarnation
+from rlguard import RunRecords, Verdict
+from rlguard.stop import incarnation
 
 pytest.importorskip("slack_sdk")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlguard import incarnation
-from rlguard.stopfile import STOP_FILE, write_stop_request
+from rlguard.stop import incarnation
+from rlguard.stop.request import STOP_FILE, write_stop_request
 
 pytest.importorskip("trl")
 pytest.importorskip("accelerate")

@@ -98,7 +98,7 @@ def test_a_persons_stop_reaches_slack_and_so_does_its_outcome_once_each(tmp_path
     """Today: ``rlguard stop RUN`` is only in the daemon's log."""
     from test_honest import obey
 
-    from rlguard import incarnation
+    from rlguard.stop import incarnation
 
     args = setup(tmp_path, slack)
     run = tmp_path / "runs" / "grpo-9"
@@ -185,7 +185,7 @@ def test_a_run_judged_ignoring_that_stops_on_the_request_after_all_is_told_stopp
     reads it late (a slow callback) and stops is told as stopped, and the gauges follow."""
     from test_honest import gauge, make, obey
 
-    from rlguard import incarnation
+    from rlguard.stop import incarnation
 
     now = [1000.0]
     run = tmp_path / "runs" / "late"

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from daemon_helpers import append, healthy
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "sources"))
 from wandb_frames import frame, history  # noqa: E402
 
-from rlguard.stopfile import write_stop_request  # noqa: E402
+from rlguard.stop.request import write_stop_request  # noqa: E402
 
 STUCK = [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(1, 8)]  # decides a stop
 

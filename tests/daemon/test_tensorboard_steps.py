@@ -11,7 +11,7 @@ from daemon_helpers import flush_events
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
 from rlguard.daemon.tail import FileTail
-from rlguard.exporter import RLGuardCollector
+from rlguard.daemon.exporter import RLGuardCollector
 
 tbx = pytest.importorskip("tensorboardX")
 

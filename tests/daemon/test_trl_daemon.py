@@ -77,7 +77,7 @@ def test_daemon_beside_real_trl_run_one_run_one_message_stopped_by_stop_file(tmp
     assert stop["kind"] == "external" and "reward" in stop["reason"]
     assert trainer.state.global_step < 60
     print(f"stopped by the daemon at step {trainer.state.global_step} of 60")
-    from rlguard import incarnation
+    from rlguard.stop import incarnation
 
     assert not (out / "RLGUARD_STOP").exists() and stop["incarnation"] == incarnation.current(out)["id"]
     assert incarnation.archived(out)[-1]["outcome"] == "honoured"  # the request left with its run

@@ -7,7 +7,7 @@ from daemon_helpers import append, healthy
 
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
-from rlguard.exporter import RLGuardCollector
+from rlguard.daemon.exporter import RLGuardCollector
 
 
 def make(tmp_path, **kw) -> Daemon:
@@ -63,7 +63,7 @@ def test_stop_request_goes_only_into_the_run_directory(tmp_path):
     assert (log.parent / "RLGUARD_STOP").is_file()
     stop = json.loads((log.parent / "RLGUARD_STOP").read_text())
     assert stop["kind"] == "reward_variance_collapse" and stop["source"] == "rlguard daemon"
-    from rlguard.verdict import STOP_KEYS
+    from rlguard.core.verdict import STOP_KEYS
 
     assert tuple(stop) == STOP_KEYS  # the one stop shape (callback, trainer, daemon, rlguard stop)
     assert not list(tmp_path.glob("**/pwned*"))

@@ -18,8 +18,8 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass, field, replace
 from typing import Iterable
 
-from rlguard.rulespec import RulePack, load_packs
-from rlguard.watchdog import Watchdog
+from rlguard.rules.spec import RulePack, load_packs
+from rlguard.engine.watchdog import Watchdog
 
 from sim import FAMILIES, INTERVALS, NOISES, RunSpec, simulate
 

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from rlguard.rulespec import load_packs
+from rlguard.rules.spec import load_packs
 
 from falsealarms import PACK_BUDGET, Tally, failure_message, measure, severe_rules, specs
 from sim import FAMILIES, INTERVALS, NOISES, Noise, RunSpec, simulate
@@ -133,7 +133,7 @@ def _quiet_grpo(packs) -> RunSpec:
 
 
 def _alerts(records, packs):
-    from rlguard.watchdog import Watchdog
+    from rlguard.engine.watchdog import Watchdog
     wd = Watchdog(packs=packs)
     wd.ingest(records)
     return [a for a in wd.alerts if a.status == "firing" and a.severity in ("warning", "critical")]

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from rlguard.alerts import Alert
+from rlguard.core.alerts import Alert
 
 
 @dataclass
@@ -92,8 +92,8 @@ class Handler(BaseHTTPRequestHandler):
 
 def _default_hints() -> dict[str, str]:
     """Each kind's hint, as the default pack's rules carry it (the first rule of the kind)."""
-    from rlguard.paths import DEFAULT_PACK
-    from rlguard.rulespec import load_pack
+    from rlguard.rules.paths import DEFAULT_PACK
+    from rlguard.rules.spec import load_pack
 
     out: dict[str, str] = {}
     for r in load_pack(DEFAULT_PACK).rules:

@@ -18,7 +18,7 @@ from rlguard.notify import Dispatcher, Outbox, Router, SlackNotifier
 
 CHILD = r"""
 import os, signal, sys
-from rlguard.alerts import Alert
+from rlguard.core.alerts import Alert
 from rlguard.notify import Dispatcher, Outbox, Router, SlackNotifier
 
 db, url, where = sys.argv[1:4]

@@ -202,7 +202,7 @@ def test_an_unreadable_payload_goes_dead_instead_of_breaking_the_loop(tmp_path):
 
 def test_six_rules_of_one_kind_reach_slack_as_one_incident_line(fake_slack, tmp_path):
     """A reward-variance collapse trips six rules: Slack gets one line, its cause and how many agreed."""
-    from rlguard.incidents import Incidents
+    from rlguard.core.incidents import Incidents
 
     d, _ = make(tmp_path, SlackNotifier(webhook_url=fake_slack.webhook_url, **FAST))
     watched = [("RLG-ALL-GROUPS-TIED", "frac_zero_std"), ("RLG-FRAC-ZERO-STD-SUSTAINED", "frac_zero_std"),
@@ -229,7 +229,7 @@ def test_six_rules_of_one_kind_reach_slack_as_one_incident_line(fake_slack, tmp_
 def test_one_rule_on_two_metrics_is_not_said_as_two_rules_agreeing(fake_slack, tmp_path):
     """Issue 47.5: "2 rules agreed" was said for one rule on two metrics; the count is of rules,
     and where the evidence began before the record that fired it, the line says so."""
-    from rlguard.incidents import Incidents
+    from rlguard.core.incidents import Incidents
 
     d, _ = make(tmp_path, SlackNotifier(webhook_url=fake_slack.webhook_url, **FAST))
     alerts = [make_alert(rule="RLG-REWARD-STD-COLLAPSE", metric=m, kind="reward_variance_collapse",

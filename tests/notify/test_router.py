@@ -6,7 +6,7 @@ import json
 import pytest
 from notify_helpers import make_alert
 
-from rlguard.errors import StateError
+from rlguard.core.errors import StateError
 from rlguard.notify import Outbox, Router, message_key
 
 WAIT, INTERVAL, REPEAT = 30, 300, 4 * 3600

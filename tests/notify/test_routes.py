@@ -110,7 +110,7 @@ def test_one_failing_channel_does_not_hold_up_the_others(fake_slack, tmp_path):
 
 def test_daemon_config_refuses_a_route_to_an_unknown_receiver(tmp_path):
     from rlguard.daemon.config import load_config
-    from rlguard.errors import InputError
+    from rlguard.core.errors import InputError
 
     cfg = tmp_path / "d.yaml"
     cfg.write_text("watch: [/tmp]\nslack:\n  receivers:\n    - {name: nlp, webhook_url_file: /x}\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from rlguard.alerts import Alert, StopOutcome
+from rlguard.core.alerts import Alert, StopOutcome
 from rlguard.notify.blocks import action_text
 
 

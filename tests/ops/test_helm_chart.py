@@ -200,7 +200,7 @@ def test_config_map_is_a_valid_daemon_config(renders, values, tmp):
 
 
 def test_custom_rule_packs_load_with_rlguard(renders, tmp):
-    from rlguard.rulespec import load_packs
+    from rlguard.rules.spec import load_packs
 
     docs = renders["full.yaml"]
     data = one(docs, "ConfigMap", "-rules")["data"]

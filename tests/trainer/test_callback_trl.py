@@ -89,7 +89,7 @@ def test_constant_reward_is_stopped_keeping_a_checkpoint_from_before_the_inciden
     assert b"rlguard/alerts" in data and b"reward_variance_collapse" in data and b"rlguard/stop" in data
     assert [p for p in (out / "runs").glob("*/events.out.tfevents.*") if p.suffix != ".rlguard"]  # TRL's own
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
-    from rlguard.verdict import DECISION_KEYS, STOP_KEYS
+    from rlguard.core.verdict import DECISION_KEYS, STOP_KEYS
 
     assert tuple(stop) == STOP_KEYS and stop["source"] == "rlguard watchdog"  # the one stop shape
     assert decisions and all(tuple(d) == DECISION_KEYS for d in decisions)  # the one decision shape
@@ -143,8 +143,8 @@ def test_a_stop_request_for_this_run_is_obeyed_and_one_left_by_an_earlier_run_is
     """A request in the output dir before the run started (a stale one) is archived, not obeyed;
     one written during the run for its incarnation stops it, with a checkpoint of that step
     (no incident: a person's stop saves the state it stops at)."""
-    from rlguard import incarnation
-    from rlguard.stopfile import write_stop_request
+    from rlguard.stop import incarnation
+    from rlguard.stop.request import write_stop_request
 
     out = tmp_path / "ext"
     out.mkdir()
@@ -175,8 +175,8 @@ def test_with_save_strategy_no_rlguard_saves_nothing_and_says_so(tiny, tmp_path,
     """The user's saving settings hold: a stop no incident caused would save the state it stops
     at, but with save_strategy="no" nothing is saved, the stop names no checkpoint, and the start
     of the run said what rlguard would (not) save."""
-    from rlguard import incarnation
-    from rlguard.stopfile import write_stop_request
+    from rlguard.stop import incarnation
+    from rlguard.stop.request import write_stop_request
 
     out = tmp_path / "nosave"
     calls = []

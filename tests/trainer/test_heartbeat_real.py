@@ -12,7 +12,7 @@ pytest.importorskip("trl")
 from test_callback_trl import constant, tiny  # noqa: E402,F401 - its tiny model fixture and constant reward
 from trainer_helpers import run_train  # noqa: E402
 
-from rlguard.heartbeat import GRACE_MIN  # noqa: E402
+from rlguard.stop.heartbeat import GRACE_MIN  # noqa: E402
 
 
 def test_the_callback_promises_longer_before_a_save_of_save_steps(tiny, tmp_path):  # noqa: F811

@@ -161,16 +161,16 @@ def test_a_constant_reward_fires_the_variance_rule_from_the_watch_alone(tiny, tm
 
 
 def test_importing_the_watch_imports_no_torch():
-    code = "import sys, rlguard.reward_watch, rlguard; rlguard.watch_rewards; print('torch' in sys.modules)"
+    code = "import sys, rlguard.inloop.reward_watch, rlguard; rlguard.watch_rewards; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_the_decorator_counts_none_and_nan_and_pins_at_the_highest_reward_seen():
     import rlguard
-    from rlguard.reward_watch import watched_metrics
+    from rlguard.inloop.reward_watch import watched_metrics
 
-    @rlguard.reward_watch(num_generations=2, every=0)
+    @rlguard.inloop.reward_watch(num_generations=2, every=0)
     def graded(prompts, completions, **_):
         return [{"a": 1.0, "b": 0.0, "n": None, "x": float("nan")}[c] for c in completions]
 

@@ -8,7 +8,7 @@ import json
 import pytest
 from trainer_helpers import read_jsonl, run_train, watched_keys
 
-from rlguard.alerts import Kind
+from rlguard.core.alerts import Kind
 
 ALERT_KEYS = {"run", "rule", "kind", "severity", "action", "step", "metric", "value", "message"}
 
@@ -90,7 +90,7 @@ def test_injected_fault_is_stopped_with_its_kind(fault, tmp_path):
         assert stop["keep_step"] is None
         assert f"checkpoint to keep: none saved before step {stop['onset']}: restart from the initial weights" in r.stderr
     decisions = read_jsonl(out / "rlguard" / "decisions.jsonl")
-    from rlguard.verdict import DECISION_KEYS, STOP_KEYS
+    from rlguard.core.verdict import DECISION_KEYS, STOP_KEYS
 
     assert tuple(stop) == STOP_KEYS  # the same shapes as the callback, the daemon and check
     assert all(tuple(d) == DECISION_KEYS for d in decisions)
@@ -123,8 +123,8 @@ def test_external_stop_request_is_obeyed_and_one_left_by_an_earlier_run_is_not(t
 
     from trainer_helpers import train_cmd
 
-    from rlguard import incarnation
-    from rlguard.stopfile import write_stop_request
+    from rlguard.stop import incarnation
+    from rlguard.stop.request import write_stop_request
 
     out = tmp_path / "ext"
     out.mkdir()

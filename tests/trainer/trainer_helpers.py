@@ -19,7 +19,7 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def watched_keys(text: str) -> tuple[int, set[str], set[str]]:
-    """From an end-of-run summary (rlguard.coverage): the count of logged metrics it states,
+    """From an end-of-run summary (rlguard.core.coverage): the count of logged metrics it states,
     the keys it lists under rlguard's names and the keys it lists as mapped by no alias."""
     import re
 

@@ -2,12 +2,12 @@
 (:class:`rlguard.InLoopGuard`, the same as ``RLGuardCallback``'s), wired to Accelerate.
 
 Rank 0 runs the watchdog on the (already all-reduced) metrics of every logged step and
-writes ``rlguard/decisions.jsonl`` (the shapes of ``rlguard.verdict``, as every integration); an
+writes ``rlguard/decisions.jsonl`` (the shapes of ``rlguard.core.verdict``, as every integration); an
 external stop request (the ``RLGUARD_STOP`` file in the run directory, or SIGUSR1) is checked
 there too. The verdict is then broadcast, so every rank saves and stops in the same step.
 
 Each start of the trainer in a run directory (a launch, a relaunch, a ``--resume``) is a new
-run incarnation (``rlguard.incarnation``): a stop request left by an earlier run is archived,
+run incarnation (``rlguard.stop.incarnation``): a stop request left by an earlier run is archived,
 not obeyed, and one written for another incarnation is ignored.
 """
 from __future__ import annotations

@@ -8,13 +8,13 @@ import signal
 import subprocess
 from typing import TYPE_CHECKING
 
-from .. import safefs
-from ..alerts import StopOutcome
-from ..stopfile import STOP_FILE
+from ..stop import safefs
+from ..core.alerts import StopOutcome
+from ..stop.request import STOP_FILE
 from .pidproof import trainer_pid
 
 if TYPE_CHECKING:
-    from ..alerts import Decision
+    from ..core.alerts import Decision
     from .config import StopConfig
     from .runs import RunMonitor
 

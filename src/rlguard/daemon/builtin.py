@@ -2,7 +2,7 @@
 files (no new step for ``stall_after``; a stop request obeyed or ignored; a person's stop; a run that
 stopped itself), which a rule pack,
 fed only a metric series, cannot. Their ids, kinds and severities live here and only here:
-:mod:`.runs` fires them, :mod:`rlguard.exporter` exports the stall as a firing series."""
+:mod:`.runs` fires them, :mod:`rlguard.daemon.exporter` exports the stall as a firing series."""
 from __future__ import annotations
 
 from dataclasses import dataclass

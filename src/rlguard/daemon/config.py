@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ..errors import InputError
-from ..yamlpos import load_model
+from ..core.errors import InputError
+from ..rules.yamlpos import load_model
 from .stops import Patience
 
 

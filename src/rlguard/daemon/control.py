@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..alerts import Alert
+from ..core.alerts import Alert
 from .builtin import STOP_MANUAL
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def stop_run(runs: Iterable[RunMonitor], run: str, reason: str,
     """A person's stop request for the watched run named ``run`` (``rlguard stop RUN``), among
     ``runs`` (under the daemon's lock): (HTTP code, answer, the alert that tells the channel:
     only when this request wrote ``RLGUARD_STOP``)."""
-    from ..alerts import Action, Decision
+    from ..core.alerts import Action, Decision
 
     watched = list(runs)
     mon = next((m for m in watched if m.run == run), None)

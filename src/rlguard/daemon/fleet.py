@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, nullcontext
 from itertools import islice
 from typing import TYPE_CHECKING
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..sources.layout import Found, run_name
 from .handoff import HandoffStore
 from .labels import FIELDS, PathTemplate

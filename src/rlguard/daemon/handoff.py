@@ -27,7 +27,7 @@ import os
 import socket
 from pathlib import Path
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .codec import decode, encode
 from .shard import ShardSpec, owner_of
 

@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 from ..sources.layout import file_stem, run_name
 
 FIELDS = ("team", "user", "run")
@@ -119,7 +119,7 @@ def run_context(found_dir: str, name: str, labels: dict[str, str], host: str,
     ``{user}``, ``{cluster}``), and its cluster, team and user (``labels``)."""
     from urllib.parse import quote  # names come from paths: never let one alter the link
 
-    from ..alerts import RUN_LABELS
+    from ..core.alerts import RUN_LABELS
 
     ctx = {"run_dir": os.fsencode(found_dir).decode("utf-8", "replace") if found_dir else "", "host": host,
            **{k: v for k, v in labels.items() if k in RUN_LABELS}}

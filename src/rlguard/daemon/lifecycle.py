@@ -22,11 +22,11 @@ import os
 import time
 from typing import TYPE_CHECKING
 
-from .. import incarnation
+from ..stop import incarnation
 from . import overdue, pidproof, stops
 
 if TYPE_CHECKING:
-    from ..alerts import Alert
+    from ..core.alerts import Alert
     from ..sources.layout import Found
     from .config import DaemonConfig
     from .runs import RunMonitor

@@ -8,8 +8,8 @@ import logging
 import sqlite3
 from typing import TYPE_CHECKING
 
-from ..alerts import Alert, Kind
-from ..numfmt import fmt
+from ..core.alerts import Alert, Kind
+from ..core.numfmt import fmt
 from .view import Changes
 
 if TYPE_CHECKING:

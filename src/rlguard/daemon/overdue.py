@@ -1,7 +1,7 @@
 """A run overdue on its own promise (``RLG-OVERDUE``): the stall rule for runs that keep a heartbeat.
 
 The callback and the bundled trainer write ``rlguard/heartbeat.json`` with each logged record
-(:mod:`rlguard.heartbeat`): when the next record is due, and why (longer before a checkpoint save
+(:mod:`rlguard.stop.heartbeat`): when the next record is due, and why (longer before a checkpoint save
 or an evaluation they know is coming). At each stall check the daemon looks at it (one ``lstat``;
 read again only when that changed) and:
 
@@ -32,9 +32,9 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..alerts import Alert
-from ..heartbeat import HEARTBEAT
-from ..safefs import read_small, signature
+from ..core.alerts import Alert
+from ..stop.heartbeat import HEARTBEAT
+from ..stop.safefs import read_small, signature
 from . import selfstop
 from .builtin import OVERDUE
 
@@ -146,7 +146,7 @@ def _alert(mon: RunMonitor, rec: dict | None, status: str, msg: str) -> Alert:
 
 def read(path: str) -> tuple[dict | None, str | None]:
     """(the validated heartbeat or None, why it is not one): a bounded read of a regular file,
-    never through a link nor blocking on a FIFO (:func:`rlguard.safefs.read_small`)."""
+    never through a link nor blocking on a FIFO (:func:`rlguard.stop.safefs.read_small`)."""
     data, _, why = read_small(path, MAX_BYTES)
     if data is None:
         return None, why

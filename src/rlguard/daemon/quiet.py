@@ -17,7 +17,7 @@ A run is quiet when, for the records waiting:
 
 What it assumes, and what it costs: waiting never changes what is detected, only when. The
 watchdog gives the same alerts (steps, rules, values) whatever the chunking of its records (the
-online/batch property ``tests/test_online_batch.py`` holds), so a waiting record is judged
+online/batch property ``tests/engine/test_online_batch.py`` holds), so a waiting record is judged
 exactly as it would have been, at most ``quiet_interval`` later. A fault that leaves the band
 (a spike, a jump, a NaN, a drift faster than the band's margin) is judged at the usual cadence;
 one that develops inside the band of the last ``window`` values (a slow slide to a threshold no

@@ -25,7 +25,7 @@ import re
 import stat
 from typing import TYPE_CHECKING
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from ..sources import open_regular
 from ..sources.base import LogRecord, Reader
 from .tailstate import ANCHOR, Poll, content_hash

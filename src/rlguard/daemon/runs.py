@@ -8,15 +8,15 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..alerts import RUN_LABELS, Alert, Decision
-from ..ruleplan import RulePlan
-from ..rulespec import RulePack
-from ..watchdog import Watchdog
-from ..stopfile import write_stop_request
-from ..verdict import Verdict, stop_record
+from ..core.alerts import RUN_LABELS, Alert, Decision
+from ..rules.plan import RulePlan
+from ..rules.spec import RulePack
+from ..engine.watchdog import Watchdog
+from ..stop.request import write_stop_request
+from ..core.verdict import Verdict, stop_record
 from ..sources.layout import Found, follow_target, log_kind
 from . import stops
-from .. import incarnation
+from ..stop import incarnation
 from .builtin import STALL, STOP_IGNORED, STOPPED
 from .quiet import QuietScreen, watched_keys
 from .runinfo import RunInfo, info_dict

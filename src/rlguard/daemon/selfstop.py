@@ -1,5 +1,5 @@
 """A watched run that stops itself (``RLG-STOP-IN-RUN``): the rlguard callback or the bundled
-trainer wrote ``rlguard/stop.json`` (see :mod:`rlguard.verdict`) on its own verdict (``source``
+trainer wrote ``rlguard/stop.json`` (see :mod:`rlguard.core.verdict`) on its own verdict (``source``
 "rlguard watchdog"), or on a stop request the daemon did not make (``source`` "external": a
 person's ``rlguard stop RUN_DIR``, a script). The daemon tells the channel once, in the stop
 record's own words: where it stopped, why, where the incident began, the checkpoint to keep.
@@ -25,8 +25,8 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from ..alerts import Alert
-from ..safefs import read_small, signature
+from ..core.alerts import Alert
+from ..stop.safefs import read_small, signature
 from .builtin import STOP_IN_RUN
 from .stops import kept
 
@@ -85,7 +85,7 @@ def check(mon: RunMonitor, now: float, live_for: float) -> Alert | None:
 
 def read(path: str) -> tuple[str | None, dict | None, str | None]:
     """(fingerprint, the validated record or None, why it is not one): a bounded read of a
-    regular file, never through a link nor blocking on a FIFO (:func:`rlguard.safefs.read_small`);
+    regular file, never through a link nor blocking on a FIFO (:func:`rlguard.stop.safefs.read_small`);
     a file that cannot be read is fingerprinted by why ("a-link", "not-a-file", "unreadable")."""
     data, tag, why = read_small(path, MAX_BYTES)
     if data is None:

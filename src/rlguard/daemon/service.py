@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Iterable
 
-from ..alerts import Action, Alert, Decision
-from ..errors import RLGuardError
-from ..ruleplan import RulePlan
-from ..rulespec import load_packs
+from ..core.alerts import Action, Alert, Decision
+from ..core.errors import RLGuardError
+from ..rules.plan import RulePlan
+from ..rules.spec import load_packs
 from ..sources.layout import Discovery, Found
 from . import control, lifecycle, overdue, saving, selfstop, startup
 from .actions import stop_run
@@ -325,7 +325,7 @@ class Daemon:
 
     # ------------------------------------------------------------------ lifecycle
     def run_forever(self) -> int:
-        from ..http_api import serve
+        from .http_api import serve
 
         startup.check_watch(self.cfg.watch)
         startup.tune_gc()

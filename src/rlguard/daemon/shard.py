@@ -25,7 +25,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 _POD = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?-(\d+)$")
 MAX_SHARDS = 1024

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from ..errors import RLGuardError
+from ..core.errors import RLGuardError
 from . import control
 from .view import Changes
 

@@ -6,7 +6,7 @@
 - :func:`outcome`: what became of a request: ``stopped`` (the run's ``stop.json`` for the
   incarnation asked; obeyed, or stopped on its own verdict first) or ``ignored`` (the run ended,
   was replaced by a new start, or went quiet, without acknowledging it). A request left behind
-  is archived under ``rlguard/stops/`` as expired (:mod:`rlguard.incarnation`);
+  is archived under ``rlguard/stops/`` as expired (:mod:`rlguard.stop.incarnation`);
 - :func:`kept_logging`: ``ignored`` too when the run goes on logging past the request
   (:class:`Patience`: so many records, or records still coming so long after it); that request
   stays in place, since a run still alive may yet read it (then a late ``stopped`` follows).
@@ -18,8 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import incarnation
-from ..stopfile import STOP_FILE
+from ..stop import incarnation
+from ..stop.request import STOP_FILE
 
 HINT = "is the rlguard callback installed?"
 

@@ -16,7 +16,7 @@ from itertools import chain
 from pathlib import Path
 from typing import Iterable
 
-from ..errors import RLGuardError
+from ..core.errors import RLGuardError
 from .codec import decode, encode
 from .view import Changes
 

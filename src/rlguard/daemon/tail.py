@@ -32,7 +32,7 @@ import stat
 import time
 from dataclasses import fields
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from ..sources import detect_format, open_reader, open_regular, read_at, regular_fd
 from ..sources.base import LogRecord, Reader
 from ..sources.layout import is_location

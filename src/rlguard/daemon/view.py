@@ -1,5 +1,5 @@
-"""The daemon as its readers see it: ``/metrics`` (:mod:`rlguard.exporter`), ``/healthz`` and
-``/status`` (:mod:`rlguard.http_api`, :mod:`.control`). Typed and read-only: plain copies
+"""The daemon as its readers see it: ``/metrics`` (:mod:`rlguard.daemon.exporter`), ``/healthz`` and
+``/status`` (:mod:`rlguard.daemon.http_api`, :mod:`.control`). Typed and read-only: plain copies
 taken under the daemon's lock, so a reader never reaches into the daemon's attributes, and
 neither a person nor a type checker has to guess what a reader may touch.
 

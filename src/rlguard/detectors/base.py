@@ -20,10 +20,9 @@ from typing import Any, ClassVar
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from ..stats import (median_rows, robust_sigma_of_diffs, rolling_median, upper_median,  # noqa: F401 (re-exported)
-                     windows)
+from ..stats import median_rows, robust_sigma_of_diffs, rolling_median, upper_median, windows
 from ..stats import quantile_lerp, quantile_ranks, ranked, shared_rolling_median
-from ..numfmt import fmt  # noqa: F401 (re-exported: the detectors' messages use it)
+from ..core.numfmt import fmt  # noqa: F401 (re-exported: the detectors' messages use it)
 
 TRIGGERED, FINE, UNKNOWN = 1, 0, -1
 
@@ -73,7 +72,7 @@ class Detector(ABC):
     #: True when ``ref_step`` is the step of the metric's best value (the checkpoint to keep)
     ref_is_best: ClassVar[bool] = False
     #: attributes (``tail``, ``tail_steps``) the watchdog may lend from the metric's shared
-    #: feed (:mod:`rlguard.feeds`): only where, after every scan, they hold a suffix of what
+    #: feed (:mod:`rlguard.engine.feeds`): only where, after every scan, they hold a suffix of what
     #: they held plus the values (steps) scanned
     lent: ClassVar[tuple[str, ...]] = ()
 

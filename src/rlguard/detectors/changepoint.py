@@ -22,8 +22,8 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import best_split_l2, mad_sigma, median, past_shifts_sd
-from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude,
-                   nanmax, register, tail_list)
+from .base import (SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude, nanmax, register,
+    tail_list)
 
 
 @register

@@ -24,8 +24,7 @@ from itertools import accumulate
 import numpy as np
 from pydantic import Field
 
-from .base import (FINE, SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, register,
-                   tail_list)
+from .base import (FINE, SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, nanmax, register, tail_list)
 from .simple import Condition, compare
 
 

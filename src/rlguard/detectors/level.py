@@ -18,8 +18,8 @@ import numpy as np
 from pydantic import Field
 
 from ..stats import lower_median, median
-from .base import (FINE, SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail,
-                   register, rolling, tail_list)
+from .base import (FINE, SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling,
+    tail_list)
 from .simple import compare
 
 

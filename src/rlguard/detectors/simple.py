@@ -6,8 +6,8 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .base import (FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register,
-                   rolling, tail_list)
+from .base import (FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling,
+    tail_list)
 
 
 @register

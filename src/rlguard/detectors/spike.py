@@ -17,10 +17,10 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import (MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_finite, sorted_mad, sorted_median,
-                     sorted_quantile, sorted_unique, window_max)
-from .base import (FINE, SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude,
-                   nanmax, quantile_rows, register, tail_list, windows)
+from ..stats import (MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_finite, sorted_mad, sorted_median, sorted_quantile,
+    sorted_unique, window_max)
+from .base import (FINE, SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude, nanmax,
+    quantile_rows, register, tail_list, windows)
 
 
 @register

@@ -5,7 +5,7 @@
 - :class:`SlackNotifier` delivers one message (slack-sdk, imported lazily).
 - :class:`Dispatcher` ties them: ``submit(alerts)`` queues, ``flush(now)`` delivers.
 
-Notifiers receive :class:`~rlguard.alerts.Alert` objects and know nothing of detectors.
+Notifiers receive :class:`~rlguard.core.alerts.Alert` objects and know nothing of detectors.
 """
 from .base import DeliveryResult, Notifier
 from .dispatcher import Dispatcher, FlushCounts

@@ -1,6 +1,6 @@
 """Slack Block Kit for rlguard messages: what fired, why, what was done, what to check.
 
-A grouped message speaks in incidents (:mod:`rlguard.incidents`): one line per incident, with
+A grouped message speaks in incidents (:mod:`rlguard.core.incidents`): one line per incident, with
 its cause, what followed and how many rules agreed; the alerts of an incident, inhibited ones
 included, are not listed one by one. Alerts in no incident and resolutions get a line each.
 
@@ -17,12 +17,12 @@ import math
 import re
 from typing import Any
 
-from ..alerts import Alert, Kind
-from ..incidents import kind_words, summary
-from ..keep import before_incident
-from ..alerts import hints as rule_hints
-from ..incidents import by_incident
-from ..verdict import onset_of
+from ..core.alerts import Alert, Kind
+from ..core.incidents import kind_words, summary
+from ..core.keep import before_incident
+from ..core.alerts import hints as rule_hints
+from ..core.incidents import by_incident
+from ..core.verdict import onset_of
 from .message import Message, action_rank, severity_rank
 
 MAX_TEXT = 3000

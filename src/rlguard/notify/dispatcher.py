@@ -42,8 +42,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
-from ..alerts import Alert
-from ..errors import StateError
+from ..core.alerts import Alert
+from ..core.errors import StateError
 from .base import DeliveryResult, Notifier
 from .message import Message
 from .outbox import Item, Outbox

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..alerts import Action, Alert, Severity
+from ..core.alerts import Action, Alert, Severity
 
 
 def severity_rank(severity: str) -> int:

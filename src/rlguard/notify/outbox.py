@@ -23,7 +23,7 @@ from pathlib import Path
 from collections.abc import Iterable
 from typing import Any
 
-from ..errors import StateError
+from ..core.errors import StateError
 from .redact import redact
 
 SCHEMA_VERSION = 1

@@ -39,8 +39,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from ..alerts import RUN_LABELS, Alert, Kind, Severity
-from ..errors import StateError
+from ..core.alerts import RUN_LABELS, Alert, Kind, Severity
+from ..core.errors import StateError
 from .blocks import STOP_EVENTS
 from .message import Message, severity_rank
 

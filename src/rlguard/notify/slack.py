@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..core.errors import InputError
 from .base import DeliveryResult, Notifier
 from .blocks import render
 from .message import Message

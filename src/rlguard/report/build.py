@@ -5,8 +5,8 @@ import json
 import math
 from pathlib import Path
 
-from ..errors import InputError
-from ..rulespec import load_packs
+from ..core.errors import InputError
+from ..rules.spec import load_packs
 from . import gaps
 from .analysis import change_points, headline, mode_of, noise_sigma, swings, worst_drop
 from .compare import duplicate_runs, side_by_side, summary
@@ -107,7 +107,7 @@ def _decision(r: RunData) -> dict:
     last = r.steps[1] if r.steps else a.step
     saved = max(0, last - a.step)
     secs = r.step_seconds()
-    # the stop speaks for its incident: the cause's kind, the incident's line (rlguard.incidents);
+    # the stop speaks for its incident: the cause's kind, the incident's line (rlguard.core.incidents);
     # ``rule_kind`` is the kind of the rule that decided, so a kind is never paired with another's rule
     return {"stop": a.step, "kind": r.stop.kind, "rule": a.rule, "rule_kind": a.kind, "reason": r.stop.reason,
             "keep_checkpoint_step": a.checkpoint_step,

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from ..numfmt import fmt
+from ..core.numfmt import fmt
 from .analysis import headline, noise_sigma
 
 LEVEL = 0.05  # two-sided: a gap is beyond the noise when a gap this large would come from noise alone under 5%

@@ -10,14 +10,14 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..alerts import Alert, Decision
+from ..core.alerts import Alert, Decision
 from ..sources.layout import run_name
-from ..columns import Naming, columnize
-from ..rulespec import RulePack
+from ..engine.columns import Naming, columnize
+from ..rules.spec import RulePack
 from ..sources import open_reader, resolve_log
 from ..sources.live import Live, find_live
-from ..vocab import Vocabulary
-from ..watchdog import Watchdog
+from ..rules.vocab import Vocabulary
+from ..engine.watchdog import Watchdog
 
 # "val/" alone is also the value head in TRL PPO logs (val/clipfrac_avg), so it is not an eval prefix
 EVAL_PREFIXES = ("eval", "test", "val-", "val_", "val/test", "val/reward", "val/acc", "validation")

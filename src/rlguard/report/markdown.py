@@ -1,7 +1,7 @@
 """report.md: the numbers of report.json, laid out the way a person reads a post-mortem."""
 from __future__ import annotations
 
-from ..numfmt import fmt
+from ..core.numfmt import fmt
 from .analysis import mode_words
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from ._common import HEAD_BYTES, open_regular, read_at, read_head, regular_fd  # noqa: F401 (the daemon tails with them)
 from .base import LogRecord, ReadStats, Reader
 from .csv_table import CsvReader

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from itertools import chain, islice
 from typing import IO, Iterator
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from .base import MAX_STEP, MemoryLog, ReadStats  # (MemoryLog: kept importable from here)
 
 #: keys that carry the step, in priority order (the first one present wins)

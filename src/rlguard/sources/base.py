@@ -3,7 +3,7 @@
 A reader turns one training log into :class:`LogRecord` objects, one per logged step (or
 per logged dict), in the order they appear in the file. Metric names are the raw names the
 trainer wrote (``actor/kl_loss``, ``eval_loss``...); mapping them onto rlguard's canonical
-vocabulary is :mod:`rlguard.vocab`'s job, not the reader's.
+vocabulary is :mod:`rlguard.rules.vocab`'s job, not the reader's.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import ClassVar, Iterator
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 
 
 #: ``null`` in a JSON log: NaN to a writer that cannot spell NaN, "not logged at this step" to a

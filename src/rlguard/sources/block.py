@@ -2,7 +2,7 @@
 
 Most metric logs write the same keys, in the same order, as numbers, on every line. For such a
 stretch the per-line record (a dict, a :class:`~.base.LogRecord`) is pure overhead: the watchdog
-turns records back into columns at once (:func:`rlguard.columns.columnize`). A
+turns records back into columns at once (:func:`rlguard.engine.columns.columnize`). A
 :class:`RecordBlock` holds the columns directly (steps, line numbers, the key tuple and a float
 matrix) and is still a sequence of records: indexing or iterating one builds the
 :class:`~.base.LogRecord` the line would have given, so code that wants records gets them.

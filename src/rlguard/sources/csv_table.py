@@ -19,7 +19,7 @@ import csv
 from typing import IO, Iterator
 
 from .base import Appended, NULL_NAN, LogRecord, ReadStats, Reader
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from ._common import STEP_KEYS, StepFill, note_bad, open_binary, reading, short, str_number, to_step
 
 _SUFFIXES = (".csv", ".tsv", ".csv.gz", ".tsv.gz")

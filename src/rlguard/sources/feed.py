@@ -1,7 +1,7 @@
 """``rlguard alerts``: the alerts runs recorded, as a feed a script or an agent polls.
 
 The source is each run's ``rlguard/decisions.jsonl`` (appended by ``RLGuardCallback`` and the
-bundled trainer, one line per decision in the one decision shape, :mod:`rlguard.verdict`: what
+bundled trainer, one line per decision in the one decision shape, :mod:`rlguard.core.verdict`: what
 ``rlguard check --format json`` prints). A poll returns the alert lines appended since the
 previous poll (files in path order, lines in file order) and a **cursor**: an opaque string to pass back with ``--since``. It records, per
 file, the device, inode and byte offset read up to; nothing else is kept between polls (no
@@ -27,7 +27,7 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from ..errors import InputError
+from ..core.errors import InputError
 
 RECORDS = os.path.join("rlguard", "decisions.jsonl")
 MAX_LINE = 1 << 20

@@ -16,7 +16,7 @@ line... Rules:
   ``null`` is a key the record does not carry (:mod:`rlguard.sources.blanks`); numeric strings (``"0.5"``, ``"nan"``) are converted; other
   strings are dropped and counted in ``stats.bad_values``; bools, lists, objects are ignored.
 * a line that is not a JSON object is skipped and counted (``bad_lines``); if no line parses,
-  :class:`~rlguard.errors.LogFormatError` names the first bad one. Records keep file order.
+  :class:`~rlguard.core.errors.LogFormatError` names the first bad one. Records keep file order.
 
 Speed: ``orjson`` parses the bytes when installed; stdlib ``json`` handles the lines it
 rejects (NaN tokens, invalid UTF-8, BOM) and is the fallback when orjson is absent.
@@ -31,9 +31,9 @@ from .base import MAX_STEP, LogRecord, ReadStats, Reader
 from .blanks import null_of
 from .block import block_of
 from . import _common
-from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short,
-                      to_step, too_deep)
-from ..errors import LogFormatError
+from ._common import (MAX_DEPTH, STEP_KEYS, StepFill, json_metric, lists_of, note_bad, open_binary, reading, short, to_step,
+    too_deep)
+from ..core.errors import LogFormatError
 
 _raw_decode = json.JSONDecoder().raw_decode
 

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from .hf_output import TB_PREFIX, is_tb, looks_hf, newest_file, hf_log, hf_output_of
 from .hf_output import follow_target, log_kind  # noqa: F401 - importable from here, as before
 
@@ -52,7 +52,7 @@ class Found:
     log: str  # what to follow now
     layout: str  # hf_output | tensorboard | file | wandb | mlflow
     #: the watched directory it was found under: nothing below it is reached through a link
-    #: when the daemon writes into run_dir (see rlguard.safefs)
+    #: when the daemon writes into run_dir (see rlguard.stop.safefs)
     root: str = ""
 
 

@@ -6,10 +6,10 @@ and was stopped at step 9. The run's own records say what happened then; they ar
 written, and each figure is given with the file it came from:
 
 - ``rlguard/stop.json``: the stop the run obeyed (written by the in-loop guard,
-  :class:`rlguard.verdict.RunRecords`), its step, kind, rule, source and checkpoint to keep;
+  :class:`rlguard.core.verdict.RunRecords`), its step, kind, rule, source and checkpoint to keep;
 - ``rlguard/decisions.jsonl``: every decision the run took (alerts, checkpoints, stops);
 - ``rlguard/stops/*.json``: stop requests that left the run directory, with their outcome
-  (honoured, ignored, stale, expired: :func:`rlguard.incarnation.archive`);
+  (honoured, ignored, stale, expired: :func:`rlguard.stop.incarnation.archive`);
 - ``RLGUARD_STOP``: a request still waiting in the run directory (the run has not read it).
 
 :func:`find_live` looks for them in the directory given, else in the output dir above a
@@ -22,8 +22,8 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from ..incarnation import archived
-from ..stopfile import STOP_FILE
+from ..stop.incarnation import archived
+from ..stop.request import STOP_FILE
 
 RECORDS = "rlguard"
 #: decisions.jsonl lines read at most (a run appends a few per incident; a hostile file is cut)

@@ -15,7 +15,7 @@ import heapq
 import sys
 from typing import Iterator
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from ._common import open_regular
 from .base import ReadStats
 

@@ -34,7 +34,7 @@ from contextlib import contextmanager
 from itertools import groupby
 from typing import Iterator
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from .base import LogRecord, ReadStats, Reader
 from .mlflow_points import sql_float, stream
 

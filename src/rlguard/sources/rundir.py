@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 
 PRIMARY = "metrics.jsonl"
 CONSOLE = ("train.log", "log.txt", "output.log")

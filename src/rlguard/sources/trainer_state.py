@@ -27,7 +27,7 @@ loops that dump one dict of metrics per step), are read the same way.
 
 A file cut short (a checkpoint being written): the complete entries of ``log_history`` before
 the cut are kept and the cut is reported in ``stats.warnings``; if not one entry is complete,
-:class:`~rlguard.errors.LogFormatError` gives the line and column of the JSON error.
+:class:`~rlguard.core.errors.LogFormatError` gives the line and column of the JSON error.
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ from typing import Any, Iterator
 from .base import LogRecord, ReadStats, Reader
 from .blanks import mark_reward
 from ._common import MAX_DEPTH, json_metric, note_bad, open_binary, reading, short, to_step, too_deep
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 
 _WS = re.compile(r"[ \t\r\n]*")
 _SNIFF = re.compile(r'"log_history"\s*:\s*\[')

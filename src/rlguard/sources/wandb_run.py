@@ -44,7 +44,7 @@ import struct
 import zlib
 from typing import IO, Iterator
 
-from ..errors import LogFormatError
+from ..core.errors import LogFormatError
 from ._common import json_metric, note_bad, open_binary, reading, short, to_step
 from .base import NULL_NAN, Appended, LogRecord, ReadStats, Reader
 from .blanks import REWARD_BLANK, REWARD_KEYS, reward_family

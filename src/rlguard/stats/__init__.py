@@ -30,11 +30,10 @@ by ``bench/river_compare.py`` (river 0.26.1, 100,000 Student-t values, window 30
   keeps to numpy, pydantic and PyYAML.
 """
 from .order import (RollingMedian, lower_median, median, median_rows, quantile_lerp, quantile_ranks, ranked, rolling_median,
-                    sorted_finite, sorted_mad, sorted_median, sorted_quantile, sorted_unique, upper_median,
-                    upper_median_rows, window_max, windows)
-from .robust import (MAD_TO_SIGMA, MIN_BLOCKS, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad,
-                     median_mad_rows, past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows,
-                     trailing_mean_se, latest_finite)
+    sorted_finite, sorted_mad, sorted_median, sorted_quantile, sorted_unique, upper_median, upper_median_rows,
+    window_max, windows)
+from .robust import (MAD_TO_SIGMA, MIN_BLOCKS, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
+    past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se, latest_finite)
 from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
 from .shared import shared_rolling_median, sharing
 from .split import best_split_l2

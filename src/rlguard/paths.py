@@ -1,9 +1,0 @@
-"""Where rlguard finds the data it ships (rule packs, alias table, rule tests)."""
-from __future__ import annotations
-
-from pathlib import Path
-
-#: The shipped rules folder: ``rules/`` at the top of the repository, linked into the package.
-RULES_DIR = Path(__file__).resolve().parent / "rules"
-DEFAULT_PACK = RULES_DIR / "default.yaml"
-RULE_TESTS_DIR = RULES_DIR / "tests"

@@ -1,0 +1,133 @@
+"""What a rule file may say, generated from the models that read it.
+
+* :func:`detector_reference`: every detector, what makes it fire (its docstring's first
+  paragraph) and its parameters (name, type, default, bounds, meaning), from the detector's
+  pydantic ``Params`` model: ``rlguard rules detectors``.
+* :func:`rules_schema`: the JSON Schema of a rule pack, from :class:`~rlguard.rules.spec.RulePack`
+  with each detector's ``Params`` as the schema of ``params`` for that detector: ``rlguard rules
+  schema``, shipped as ``rules/rules.schema.json`` for editors.
+
+Nothing here is written by hand, so neither can drift from what ``rlguard rules check`` accepts
+(a test compares the shipped schema with the generated one).
+"""
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..detectors import DETECTORS
+from ..detectors.simple import Condition
+from .spec import RuleFile, RulePack
+
+SCHEMA_FILE = Path(__file__).parent / "data" / "rules.schema.json"
+_JSON_TYPES = {"number": "float", "integer": "int", "boolean": "bool", "string": "str", "null": "None"}
+_BOUNDS = (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<"))
+
+
+def detector_reference() -> list[dict[str, Any]]:
+    """One entry per detector, by name: ``detector``, ``fires_when``, ``params`` (each with
+    ``name``, ``type``, ``required``, ``default``, ``bounds``, ``meaning``)."""
+    out = []
+    for name in sorted(DETECTORS):
+        cls = DETECTORS[name]
+        props = cls.Params.model_json_schema()["properties"]
+        params = []
+        for field, info in cls.Params.model_fields.items():
+            required = info.is_required()
+            params.append({"name": field, "type": _type(props[field]), "required": required,
+                           "default": None if required else info.default, "bounds": _bounds(props[field]),
+                           "meaning": info.description or ""})
+        out.append({"detector": name, "fires_when": _first_paragraph(cls.__doc__ or ""), "params": params})
+    return out
+
+
+def render_detectors(ref: list[dict[str, Any]]) -> str:
+    """The reference as text: a detector per block, a parameter per line."""
+    lines = []
+    for d in ref:
+        lines += [d["detector"], f"  fires when: {d['fires_when']}", "  params:"]
+        for p in d["params"]:
+            facts = [p["type"], "required" if p["required"] else f"default {_value(p['default'])}", *p["bounds"]]
+            lines.append(f"    {p['name']} ({', '.join(facts)}): {p['meaning']}")
+        lines.append("")
+    return "\n".join(lines).rstrip("\n")
+
+
+def print_detectors(fmt: str = "text") -> int:
+    """``rlguard rules detectors``."""
+    ref = detector_reference()
+    print(json.dumps({"detectors": ref}, indent=2) if fmt == "json" else render_detectors(ref))
+    return 0
+
+
+def print_schema() -> int:
+    """``rlguard rules schema``."""
+    sys.stdout.write(schema_text())
+    return 0
+
+
+def rules_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a rule file (YAML or JSON): a pack, or a file of rules
+    that a pack includes (``rules:`` only)."""
+    pack = RulePack.model_json_schema(by_alias=True)
+    defs = pack.pop("$defs")
+    # a pack has rules:, include: or both (rulespec.RulePack._rules_or_include)
+    pack["anyOf"] = [{"required": ["rules"]}, {"required": ["include"]}]
+    part = RuleFile.model_json_schema(by_alias=True)
+    defs.update(part.pop("$defs", {}))
+    defs["RulePack"], defs["RuleFile"] = pack, part
+    rule = defs["Rule"]
+    props = rule["properties"]
+    # `metric: X` stands for `metrics: [X]` (rulespec.Rule._metric_alias): one of the two
+    props["metric"] = {"type": "string", "title": "Metric", "description": "one metric: the same as metrics: [X]"}
+    rule["required"] = [r for r in rule["required"] if r != "metrics"]
+    rule["oneOf"] = [{"required": ["metric"]}, {"required": ["metrics"]}]
+    props["detector"]["enum"] = sorted(DETECTORS)
+    props["params"]["description"] = "the detector's parameters (see: rlguard rules detectors)"
+    rule["allOf"] = []
+    for name in sorted(DETECTORS):
+        params = DETECTORS[name].Params.model_json_schema()
+        defs.update(params.pop("$defs", {}))
+        params["title"] = f"params of the {name} detector"
+        if issubclass(DETECTORS[name].Params, Condition):  # its model's check: exactly one bound
+            params["oneOf"] = [{"required": ["above"]}, {"required": ["below"]}]
+        defs[f"params.{name}"] = params
+        rule["allOf"].append({"if": {"properties": {"detector": {"const": name}}, "required": ["detector"]},
+                              "then": {"properties": {"params": {"$ref": f"#/$defs/params.{name}"}}}})
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "title": "rlguard rule pack (apiVersion rlguard/v1), or a file of rules a pack includes",
+            "description": "generated by `rlguard rules schema` from rlguard's models; do not edit by hand",
+            "$defs": defs, "oneOf": [{"$ref": "#/$defs/RulePack"}, {"$ref": "#/$defs/RuleFile"}]}
+
+
+def schema_text() -> str:
+    """The schema as shipped (``SCHEMA_FILE``): sorted keys, two-space indent, a final newline."""
+    return json.dumps(rules_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def _type(prop: dict[str, Any]) -> str:
+    if "enum" in prop:
+        return " | ".join(repr(v) for v in prop["enum"])
+    if "anyOf" in prop:
+        return " | ".join(_type(p) for p in prop["anyOf"])
+    return _JSON_TYPES.get(prop.get("type", ""), prop.get("type", "any"))
+
+
+def _bounds(prop: dict[str, Any]) -> list[str]:
+    for p in [prop, *prop.get("anyOf", [])]:
+        found = [f"{op} {_value(p[key])}" for key, op in _BOUNDS if key in p]
+        if found:
+            return found
+    return []
+
+
+def _value(v: Any) -> str:
+    return "unset" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
+def _first_paragraph(doc: str) -> str:
+    text = doc.strip().split("\n\n", 1)[0]
+    return re.sub(r"\s+", " ", text).replace("``", "`")
