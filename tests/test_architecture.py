@@ -324,6 +324,8 @@ def string_enums(mods: dict[str, Module]) -> list[Finding]:
     out = []
 
     def field_of(node: ast.AST) -> str | None:
+        if isinstance(node, ast.Attribute) and node.attr == "value":  # d.action.value == "stop"
+            node = node.value
         if isinstance(node, ast.Attribute) and node.attr in ENUM_WORDS:
             return node.attr
         if isinstance(node, ast.Name) and node.id in ENUM_WORDS:
@@ -353,6 +355,11 @@ def string_enums(mods: dict[str, Module]) -> list[Finding]:
             elif isinstance(node, ast.keyword) and node.arg in ENUM_WORDS:
                 if any(w in ENUM_WORDS[node.arg] for w in literals(node.value)):
                     out.append(Finding(m.path, node.value.lineno, f"string {node.arg}: {ast.unparse(node)[:90]}"))
+            elif isinstance(node, ast.Dict):  # {"severity": "info", ...}
+                for k, v in zip(node.keys, node.values):
+                    if (isinstance(k, ast.Constant) and k.value in ENUM_WORDS
+                            and any(w in ENUM_WORDS[k.value] for w in literals(v))):
+                        out.append(Finding(m.path, v.lineno, f"string {k.value}: {ast.unparse(v)[:90]}"))
     return out
 
 
@@ -537,8 +544,9 @@ def test_each_check_fails_on_what_it_forbids():
     # a string severity, action or status; the enum, or another string, is fine
     mods, _, _ = _check_tree("a.status == 'firing'\nx.severity in ('warning', 'critical')\nd.get('action') == 'stop'\n"
                              "Alert(status='resolved')\na.status == Status.FIRING\na.kind == 'stop'\n"
-                             "a.severity == 'high'\n", "rlguard.core.x")
-    assert [f.line for f in string_enums(mods)] == [1, 2, 3, 4]
+                             "a.severity == 'high'\nd.action.value == 'stop'\nx = {'severity': 'info'}\n",
+                             "rlguard.core.x")
+    assert sorted(f.line for f in string_enums(mods)) == [1, 2, 3, 4, 8, 9]
     # a long module
     mods, _, _ = _check_tree("x = 1\n" * (MAX_LINES + 1))
     assert long_modules(mods) == [f"src/rlguard/daemon/exporter.py: {MAX_LINES + 1} lines"]

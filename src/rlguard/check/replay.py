@@ -9,7 +9,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..engine import few
-from ..core.alerts import Action, Decision, Severity
+from ..core.alerts import Action, Decision, Severity, Status
 from ..rules.spec import load_packs
 from ..sources import detect_format, open_reader, resolve_log
 from ..sources.base import sane_step
@@ -69,7 +69,7 @@ def run_check(path: str, *, rules, input_format, out_format, baselines, decision
     out.flush()
     if strict and _strict_failed(rules, wd):
         return 2
-    bad = any(a.status == "firing" and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
+    bad = any(a.status == Status.FIRING and Severity(a.severity).rank >= Severity.WARNING.rank for a in wd.alerts)
     return 1 if bad else 0
 
 

@@ -31,6 +31,7 @@ from ..rules.spec import load_pack
 from ..sources.base import LogRecord
 from ..engine.watchdog import Watchdog
 from ..rules.yamlpos import load_model
+from ..core.alerts import Status
 
 
 class SeriesSpec(BaseModel):
@@ -144,7 +145,7 @@ def run_file(path: Path) -> tuple[int, list[Failure], set[str]]:
             continue
         wd = Watchdog(packs=packs, run=case.name, baselines=case.baselines)
         wd.ingest(records)
-        got = [(a.rule, a.step, a.kind) for a in wd.alerts if a.status == "firing"
+        got = [(a.rule, a.step, a.kind) for a in wd.alerts if a.status == Status.FIRING
                and (case.only is None or a.rule in case.only)]
         fails = _compare(str(path), case, got)
         if fails:

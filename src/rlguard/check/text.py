@@ -6,6 +6,7 @@ from typing import TextIO
 from ..core.alerts import Action, Alert, Decision, hints
 from ..core.numfmt import fmt
 from ..core.incidents import agreement, by_incident, summary
+from ..core.alerts import Status
 
 def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: tuple[int, int] | None,
                 notes: list[str], alerts: list[Alert], decisions: list[Decision],
@@ -20,7 +21,7 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
     w(f"rlguard check: {path} ({fmt_name}, {records} records{at}{span})\n")
     for n in notes:
         w(f"  note: {n}\n")
-    firing = [a for a in alerts if a.status == "firing"]
+    firing = [a for a in alerts if a.status == Status.FIRING]
     if not firing:
         w("\nNo alerts: nothing in this log looks unhealthy to the rules in use.\n")
     else:

@@ -12,7 +12,18 @@ from enum import Enum
 from typing import Any
 
 
-class Severity(str, Enum):
+class Word(str, Enum):
+    """An enum whose members are their words wherever text is made: ``str()``, f-strings and
+    JSON give ``"critical"``, never ``"Severity.CRITICAL"``; a member equals its word."""
+
+    def __str__(self) -> str:
+        return str.__str__(self)
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(str.__str__(self), spec)
+
+
+class Severity(Word):
     """What a severity means (the same in every rule pack).
 
     - ``info``: worth knowing, no action needed (a plateau, a change of regime).
@@ -36,7 +47,7 @@ RUN_LABELS = ("cluster", "team", "user")
 _SEVERITY_RANK = {Severity.INFO: 0, Severity.WARNING: 1, Severity.CRITICAL: 2}
 
 
-class Action(str, Enum):
+class Action(Word):
     """What the watchdog decides: notify, save a checkpoint now, or stop (saving the best)."""
 
     ALERT = "alert"
@@ -51,7 +62,14 @@ class Action(str, Enum):
 _ACTION_RANK = {Action.ALERT: 0, Action.CHECKPOINT: 1, Action.STOP: 2}
 
 
-class Kind(str, Enum):
+class Status(Word):
+    """Where an alert stands: its rule fires on the metric, or has stopped firing."""
+
+    FIRING = "firing"
+    RESOLVED = "resolved"
+
+
+class Kind(Word):
     """The kinds rlguard's own rule packs use (a custom pack may name others)."""
 
     NONFINITE = "nonfinite"
@@ -105,13 +123,13 @@ class Alert:
     run: str
     rule: str
     kind: str
-    severity: str
-    action: str
+    severity: Severity
+    action: Action
     step: int
     metric: str
     value: float | None
     message: str
-    status: str = "firing"  # firing | resolved
+    status: Status = Status.FIRING
     line: int | None = None  # line of the log record that fired it
     checkpoint_step: int | None = None  # for stop: the best step to keep
     labels: dict[str, str] = field(default_factory=dict)
@@ -124,6 +142,14 @@ class Alert:
     #: set by the daemon on a stop alert (:mod:`rlguard.daemon.actions`), read by Slack
     #: (:mod:`rlguard.notify.blocks`); None everywhere else (and then absent from :meth:`to_dict`)
     stop: StopOutcome | None = None
+
+    def __post_init__(self) -> None:  # the words of a dict or a test become the enums
+        if type(self.severity) is not Severity:
+            self.severity = Severity(self.severity)
+        if type(self.action) is not Action:
+            self.action = Action(self.action)
+        if type(self.status) is not Status:
+            self.status = Status(self.status)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .alerts import Action, Alert, Severity
+from .alerts import Action, Alert, Severity, Status
 
 #: the gap after an incident's latest alert within which a new alert still joins it
 GAP_RECORDS = 5
@@ -162,7 +162,7 @@ class Incidents:
 
     def _one(self, seq: int, a: Alert, onset: Onset) -> tuple[Incident, bool] | None:
         key = f"{a.rule}|{a.metric}"
-        if a.status == "resolved":
+        if a.status == Status.RESOLVED:
             for inc in self.active:
                 if inc.firing.pop(key, None) is not None:
                     inc.last_seq, inc.last_step = seq, a.step

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .alerts import Action, Alert, Decision
+from .alerts import Action, Alert, Decision, Severity, Status
 from .keep import Keep
 
 DECISION_KEYS = ("run", "rule", "kind", "severity", "action", "step", "metric", "value", "message", "status",
@@ -75,18 +75,18 @@ class Verdict:
 
     @property
     def stop(self) -> bool:
-        return self.action == "stop"
+        return self.action == Action.STOP
 
     @property
     def checkpoint(self) -> bool:
         """Save now: a new best evaluation, or a stop no incident caused. Never a state inside an
         incident: there a checkpoint or stop decision protects the last healthy checkpoint instead."""
-        return self.action in ("stop", "checkpoint") and self.onset is None
+        return self.action in (Action.STOP, Action.CHECKPOINT) and self.onset is None
 
     @property
     def protect(self) -> bool:
         """Keep the newest checkpoint from before ``onset`` (from the trainer's rotation)."""
-        return self.action in ("stop", "checkpoint") and self.onset is not None
+        return self.action in (Action.STOP, Action.CHECKPOINT) and self.onset is not None
 
     @classmethod
     def of(cls, decisions: Iterable[Decision]) -> "Verdict":
@@ -117,7 +117,7 @@ class Verdict:
         first checkpoint decision."""
         if self.stop or later.action == "continue":
             return self
-        return later if later.stop or self.action != "checkpoint" else self
+        return later if later.stop or self.action != Action.CHECKPOINT else self
 
     def flags(self) -> tuple[bool, bool]:
         return self.checkpoint, self.stop
@@ -150,9 +150,9 @@ def decision_record(d: Decision, run: str = "") -> dict[str, Any]:
             out["run"] = run
         return out
     value = d.value if d.value is None or math.isfinite(d.value) else None  # JSON has no NaN
-    return {"run": run, "rule": "", "kind": d.kind, "severity": "info", "action": d.action.value, "step": d.step,
-            "metric": d.metric, "value": value, "message": d.reason, "status": "firing", "line": None,
-            "checkpoint_step": None, "labels": {}, "annotations": {}, "incident": None}
+    return {"run": run, "rule": "", "kind": d.kind, "severity": Severity.INFO.value, "action": d.action.value,
+            "step": d.step, "metric": d.metric, "value": value, "message": d.reason, "status": Status.FIRING.value,
+            "line": None, "checkpoint_step": None, "labels": {}, "annotations": {}, "incident": None}
 
 
 def stop_record(verdict: Verdict, run: str, source: str, keep: Keep | None = None,

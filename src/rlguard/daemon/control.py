@@ -7,7 +7,7 @@ import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from ..core.alerts import Alert
+from ..core.alerts import Action, Alert, Status
 from .builtin import STOP_MANUAL
 
 if TYPE_CHECKING:
@@ -52,8 +52,8 @@ def stop_run(runs: Iterable[RunMonitor], run: str, reason: str,
     mon.info.stopped = f"asked by a person: {reason}"  # what /status, and the obeyed or ignored message, say
     log.warning("[%s] stop requested by a person: %s", run, reason)
     rule = STOP_MANUAL
-    alert = Alert(run=mon.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="stop", step=step,
-                  metric=rule.metric, value=None, status="firing", labels=dict(mon.context),
+    alert = Alert(run=mon.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action=Action.STOP, step=step,
+                  metric=rule.metric, value=None, status=Status.FIRING, labels=dict(mon.context),
                   message=f"a person asked rlguard to stop the run at step {step}: {reason}; RLGUARD_STOP "
                           f"written to {mon.run_dir} (the run stops when it reads it)")
     return 200, {"run": run, "stop": "requested", "run_dir": str(mon.run_dir), "step": step}, alert

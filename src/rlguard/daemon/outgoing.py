@@ -8,7 +8,7 @@ import logging
 import sqlite3
 from typing import TYPE_CHECKING
 
-from ..core.alerts import Alert, Kind
+from ..core.alerts import Alert, Kind, Status
 from ..core.numfmt import fmt
 from .view import Changes
 
@@ -41,9 +41,9 @@ class Outgoing:
         which rules still fire on the metric, of ``firing``), never that the metric is normal."""
         for a in alerts:
             msg = a.message
-            if a.status == "resolved" and a.kind == Kind.NONFINITE.value:  # never "back to normal" after a NaN
+            if a.status == Status.RESOLVED and a.kind == Kind.NONFINITE.value:  # never "back to normal" after a NaN
                 msg = f"{a.metric} finite again, no new non-finite value since; the run is not known healthy"
-            elif a.status == "resolved":
+            elif a.status == Status.RESOLVED:
                 still = sorted({f.rule for f in firing if (f.run, f.metric) == (a.run, a.metric) and f.rule != a.rule})
                 msg = (f"{a.metric} = {fmt(a.value)} no longer triggers this rule"
                        + (f"; still firing on {a.metric}: {', '.join(still)}" if still else ""))

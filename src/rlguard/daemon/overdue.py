@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..core.alerts import Alert
+from ..core.alerts import Action, Alert
 from ..stop.heartbeat import HEARTBEAT
 from ..stop.safefs import read_small, signature
 from . import selfstop
@@ -139,7 +139,7 @@ def _why_not_overdue(mon: RunMonitor, rec: dict | None, now: float, grace: float
 def _alert(mon: RunMonitor, rec: dict | None, status: str, msg: str) -> Alert:
     step = rec["step"] if rec is not None else int(mon.info.last_step or 0)
     inc = rec["incarnation"] if rec is not None else None
-    return Alert(run=mon.run, rule=OVERDUE.rule, kind=OVERDUE.kind, severity=OVERDUE.severity, action="alert",
+    return Alert(run=mon.run, rule=OVERDUE.rule, kind=OVERDUE.kind, severity=OVERDUE.severity, action=Action.ALERT,
                  step=step, metric=OVERDUE.metric, value=None, status=status, message=msg,
                  labels=dict(mon.context), annotations={"incarnation": inc} if inc else {})
 

@@ -8,7 +8,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core.alerts import RUN_LABELS, Alert, Decision
+from ..core.alerts import RUN_LABELS, Action, Alert, Decision, Status
 from ..rules.plan import RulePlan
 from ..rules.spec import RulePack
 from ..engine.watchdog import Watchdog
@@ -165,7 +165,7 @@ class RunMonitor:
             a.labels.update(self.context)
         self._track(records, now)
         for a in alerts:
-            if a.status == "firing":
+            if a.status == Status.FIRING:
                 key = f"{a.kind}|{a.severity}"
                 self.info.alerts_total[key] = self.info.alerts_total.get(key, 0) + 1
         if self.info.stalled:
@@ -292,9 +292,9 @@ class RunMonitor:
         info.stop_told = stops.fingerprint(self.run_dir) if out.state == "stopped" else info.stop_told  # (selfstop)
         self.changed = True
         rule = STOPPED if out.state == "stopped" else STOP_IGNORED
-        return Alert(run=self.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="alert",
+        return Alert(run=self.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action=Action.ALERT,
                      step=int(out.step if out.step is not None else info.last_step or 0), metric=rule.metric,
-                     value=None, status="firing", message=f"the run {out.message}", labels=dict(self.context))
+                     value=None, status=Status.FIRING, message=f"the run {out.message}", labels=dict(self.context))
 
     def check_stall(self, now: float, after_s: float) -> list[Alert]:
         if self.info.stalled or not self.info.last_update or now - self.info.last_update < after_s:
@@ -312,7 +312,7 @@ class RunMonitor:
         msg = (f"new steps again after a stall (last step {self.info.last_step})" if resolved else
                f"no new step for {idle / 60:.0f} min (last step {self.info.last_step}): the job may be "
                f"hung, dead or stuck in evaluation")
-        return Alert(run=self.run, rule=STALL.rule, kind=STALL.kind, severity=STALL.severity, action="alert",
+        return Alert(run=self.run, rule=STALL.rule, kind=STALL.kind, severity=STALL.severity, action=Action.ALERT,
                      step=int(self.info.last_step or 0), metric=STALL.metric, value=None, message=msg,
                      status="resolved" if resolved else "firing", labels=dict(self.context))
 

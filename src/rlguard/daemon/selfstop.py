@@ -25,7 +25,7 @@ import logging
 import os
 from typing import TYPE_CHECKING
 
-from ..core.alerts import Alert
+from ..core.alerts import Action, Alert, Status
 from ..stop.safefs import read_small, signature
 from .builtin import STOP_IN_RUN
 from .stops import kept
@@ -77,8 +77,8 @@ def check(mon: RunMonitor, now: float, live_for: float) -> Alert | None:
     msg = f"the run {words(rec)}"
     log.warning("[%s] %s", mon.run, msg)
     rule = STOP_IN_RUN
-    return Alert(run=mon.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action="alert",
-                 step=rec["step"], metric=rule.metric, value=None, status="firing", message=msg,
+    return Alert(run=mon.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action=Action.ALERT,
+                 step=rec["step"], metric=rule.metric, value=None, status=Status.FIRING, message=msg,
                  labels=dict(mon.context),  # (its run start keys the message: a relaunch's stop is another)
                  annotations={"incarnation": rec["incarnation"]} if rec["incarnation"] else {})
 

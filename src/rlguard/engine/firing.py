@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..core.alerts import Action, Alert
+from ..core.alerts import Action, Alert, Severity, Status
 from .columns import Column
 from ..core.keep import before_incident
 from ..rules.spec import Rule
@@ -62,9 +62,9 @@ def make_alert(run: str, rule: Rule, metric: str, col: Column, ev, ref_is_best: 
     msg = ev.message
     if ev.firing and rule.action == Action.STOP:
         msg += "; stop the run"  # the checkpoint to keep is said once the incident is known
-    return Alert(run=run, rule=rule.id, kind=rule.kind, severity=rule.severity.value,
-                 action=rule.action.value, step=int(col.steps[j]), metric=metric, value=value,
-                 message=msg, status="firing" if ev.firing else "resolved",
+    return Alert(run=run, rule=rule.id, kind=rule.kind, severity=rule.severity,
+                 action=rule.action, step=int(col.steps[j]), metric=metric, value=value,
+                 message=msg, status=Status.FIRING if ev.firing else Status.RESOLVED,
                  line=int(col.lines[j]), checkpoint_step=ckpt, labels=dict(rule.labels),
                  annotations=dict(rule.annotations)), best_of
 
@@ -80,7 +80,7 @@ def say_keep(alert: Alert, best_of: str | None) -> None:
         alert.message += f" and keep the step-{alert.checkpoint_step} checkpoint (best {best_of})"
 
 
-_LOWER = {"critical": "warning", "warning": "info", "info": "info"}
+_LOWER = {Severity.CRITICAL: Severity.WARNING, Severity.WARNING: Severity.INFO, Severity.INFO: Severity.INFO}
 
 
 def degrade(alert: Alert, missing: list[str]) -> None:
@@ -89,8 +89,8 @@ def degrade(alert: Alert, missing: list[str]) -> None:
     if not missing:
         return
     alert.severity = _LOWER[alert.severity]
-    if alert.action == Action.STOP.value:
-        alert.action = Action.CHECKPOINT.value
+    if alert.action == Action.STOP:
+        alert.action = Action.CHECKPOINT
         alert.message = alert.message.split("; stop the run")[0]
         alert.checkpoint_step = None
     alert.message += (f"; could not check {', '.join(missing)} (not logged), so the severity is "

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..core import coverage
 from . import family, few
-from ..core.alerts import Action, Alert, Decision
+from ..core.alerts import Action, Alert, Decision, Status
 from .columns import Column, Naming, Recent, columnize
 from .instance import RuleInstance
 from .guards import as_of, guard_mask
@@ -311,7 +311,7 @@ class Watchdog:
     def firing(self) -> list[Alert]:
         """Alerts currently firing (the latest firing alert of each firing rule instance)."""
         return [a for k, a in self._last.items()
-                if a.status == "firing" and k in self.instances and self.instances[k].firing]
+                if a.status == Status.FIRING and k in self.instances and self.instances[k].firing]
 
     # ------------------------------------------------------------------ state
     def state_dict(self, arrays: bool = False) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from transformers import TrainerCallback
 from transformers.utils import logging as hf_logging
 
 from ..core import coverage
-from ..core.alerts import Alert
+from ..core.alerts import Alert, Severity, Status
 from ..core.incidents import incident_line
 from ..stop.heartbeat import Schedule
 from .guard import Broadcast, InLoopGuard
@@ -141,7 +141,8 @@ class RLGuardCallback(TrainerCallback):
         if not state.is_world_process_zero or self.guard is None:
             return control
         wd = self.guard.watchdog
-        alarms = [a for a in wd.alerts if a.status == "firing" and a.severity in ("warning", "critical")]
+        alarms = [a for a in wd.alerts
+                  if a.status == Status.FIRING and a.severity in (Severity.WARNING, Severity.CRITICAL)]
         head, *rest = coverage.summary_lines(wd)
         if self.stop_reason is not None:
             found = f"stopped: {self.stop_reason}"

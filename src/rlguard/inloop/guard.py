@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from ..stop import incarnation as incarnations
-from ..core.alerts import Alert, Decision
+from ..core.alerts import Action, Alert, Decision, Severity, Status
 from ..core.coverage import summary_lines
 from ..stop.heartbeat import Heartbeat, Schedule
 from ..core.keep import Checkpoints, Keep, Pinned
@@ -177,10 +177,10 @@ class InLoopGuard:
         """Each warning incident once, when it begins (a stop is said by the adapter)."""
         for d in decisions:
             a = d.alert
-            if a is None or a.status != "firing" or a.severity not in ("warning", "critical"):
+            if a is None or a.status != Status.FIRING or a.severity not in (Severity.WARNING, Severity.CRITICAL):
                 continue
             self.alarms += 1
-            if a.severity != "warning" or (d.action.value == "stop" and not self.warn_stops):
+            if a.severity != Severity.WARNING or (d.action == Action.STOP and not self.warn_stops):
                 continue
             key = a.incident.get("id") if isinstance(a.incident, dict) else (a.rule, a.metric)
             if key not in self._warned:
@@ -220,7 +220,7 @@ class InLoopGuard:
             return
         for d in decisions:
             a = d.alert
-            if a is not None and a.status == "firing" and a.severity in ("warning", "critical"):
+            if a is not None and a.status == Status.FIRING and a.severity in (Severity.WARNING, Severity.CRITICAL):
                 self._protect(self.keep(Verdict("checkpoint", a.step, onset=onset_of(a))))
 
     def _protect(self, keep: Keep, final: bool = False) -> None:

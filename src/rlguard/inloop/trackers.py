@@ -16,7 +16,7 @@ import logging
 import os
 from pathlib import Path
 
-from ..core.alerts import Alert
+from ..core.alerts import Alert, Severity, Status
 
 log = logging.getLogger("rlguard")
 SUFFIX = ".rlguard"
@@ -33,7 +33,7 @@ class TrackerAlerts:
         self._failed: set[str] = set()
 
     def alert(self, a: Alert) -> None:
-        if a.status != "firing":
+        if a.status != Status.FIRING:
             return
         text = f"**{a.severity}** {a.kind} (rule {a.rule}) at step {a.step}: {a.message}"
         if "tensorboard" in self.report_to:
@@ -89,7 +89,7 @@ class TrackerAlerts:
 
         if wandb.run is None:
             return
-        level = wandb.AlertLevel.ERROR if a.severity == "critical" else wandb.AlertLevel.WARN
+        level = wandb.AlertLevel.ERROR if a.severity == Severity.CRITICAL else wandb.AlertLevel.WARN
         wandb.alert(title=f"rlguard: {a.kind} in {a.run}"[:64], text=f"step {a.step}: {a.message}"[:1000],
                     level=level)
 

@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-from ..core.alerts import Alert, Kind
+from ..core.alerts import Action, Alert, Kind, Status
 from ..core.incidents import kind_words, summary
 from ..core.keep import before_incident
 from ..core.alerts import hints as rule_hints
@@ -113,7 +113,7 @@ def action_text(alert: Alert) -> str:
         return "stop request not acknowledged: check that the run has the rlguard callback"
     if alert.kind == "stop_manual":
         return "stop requested by a person (RLGUARD_STOP written)"
-    if alert.action == "stop":
+    if alert.action == Action.STOP:
         ckpt = alert.checkpoint_step  # a best evaluation inside the incident is no checkpoint to keep
         ok = before_incident(ckpt, onset_of(alert))
         keep = f"; checkpoint to keep: step {ckpt}" if ok else ""
@@ -127,9 +127,9 @@ def action_text(alert: Alert) -> str:
         if stop == "not requested":
             return "stop decided, but no stop request could be written (see the daemon log)" + keep
         return ("stopped; checkpoint kept at step " + str(ckpt)) if keep else "stopped"
-    if alert.action == "checkpoint":  # the daemon saves nothing; only a trainer can
+    if alert.action == Action.CHECKPOINT:  # the daemon saves nothing; only a trainer can
         return "checkpoint asked for: saved only by a run with the rlguard callback (the daemon saves none)"
-    if alert.action == "alert":
+    if alert.action == Action.ALERT:
         return CONTINUES
     return str(alert.action)
 
@@ -225,7 +225,7 @@ def still_on(a: Alert, message: Message) -> str:
 def _details(a: Alert) -> str:
     """A resolution's own text, unless it is the generic "<metric> back to normal" (which the
     line says better, and which is false while other rules fire on the metric)."""
-    return "" if a.status == "resolved" and a.message.endswith(" back to normal") else a.message
+    return "" if a.status == Status.RESOLVED and a.message.endswith(" back to normal") else a.message
 
 
 def _single_resolved(a: Alert, message: Message) -> list[dict[str, Any]]:
@@ -248,7 +248,7 @@ def _alert_line(a: Alert, fired: Alert | None = None, note: str = "") -> dict[st
                 f"{_num(fmt_value(fired.value))}), cleared before this message · rule {fit(fired.rule, MAX_VALUE)} "
                 f"· {fit(action_text(fired), 200)}\n_{cleared_words(a)}{note}_")
         return _section(head + "\n" + fit(fired.message, max(0, MAX_TEXT - _units(head) - 1)))
-    if a.status == "resolved":
+    if a.status == Status.RESOLVED:
         word = "no new non-finite value" if a.kind == NONFINITE else "cleared"
         head = (f"{_RESOLVED if a.kind != NONFINITE else _EMOJI['warning']} *{word}: {fit(a.kind, 60)}* · "
                 f"`{fit(a.metric, MAX_VALUE)}` = {_num(fmt_value(a.value))} at step {_num(a.step)} · rule "
@@ -358,10 +358,10 @@ def fallback_text(message: Message) -> str:
                 f"in run {a.run}: {kinds}")
         if message.passed:
             text += f" ({len(message.passed)} fired and cleared before this message: {action_text(message.passed[0])})"
-    elif a.status == "resolved" and a.kind == NONFINITE:
+    elif a.status == Status.RESOLVED and a.kind == NONFINITE:
         text = (f"rlguard: no new non-finite {a.metric} in run {a.run} since step {a.step}; "
                 "the run is not known healthy")
-    elif a.status == "resolved":
+    elif a.status == Status.RESOLVED:
         text = f"rlguard: resolved {a.kind} in run {a.run}: {a.metric} cleared at step {a.step}"
     elif a.kind in NO_VALUE:  # a stall, a stop asked by a person, what became of a stop request: its message says it all
         text = f"rlguard: [{a.severity}] run {a.run}: {a.message}"
@@ -379,7 +379,7 @@ def render(message: Message) -> dict[str, Any]:
         raise ValueError(f"message {message.key} carries no alert")
     if len(message.alerts) > 1:
         blocks = _grouped(message)
-    elif message.alerts[0].status == "resolved":
+    elif message.alerts[0].status == Status.RESOLVED:
         blocks = _single_resolved(message.alerts[0], message)
     else:
         blocks = _single_firing(message.alerts[0], message)

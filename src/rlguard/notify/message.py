@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.alerts import Action, Alert, Severity
+from ..core.alerts import Action, Alert, Severity, Status
 
 
 def severity_rank(severity: str) -> int:
@@ -60,26 +60,26 @@ class Message:
         """The alerts still firing when the message was built (an alert that fired and cleared
         before it, a stop announced late, is in :attr:`passed`, never counted as firing)."""
         done = self._cleared()
-        return [a for a in self.alerts if a.status != "resolved" and not _before(a, done)]
+        return [a for a in self.alerts if a.status != Status.RESOLVED and not _before(a, done)]
 
     @property
     def passed(self) -> list[Alert]:
         """Alerts told as they fired whose resolution, at their step or later, is in the same
         message: they had cleared before it was built."""
         done = self._cleared()
-        return [a for a in self.alerts if a.status != "resolved" and _before(a, done)]
+        return [a for a in self.alerts if a.status != Status.RESOLVED and _before(a, done)]
 
     def _cleared(self) -> dict[tuple[str, str], int]:
         """(rule, metric) -> the latest step at which it cleared, in this message."""
         done: dict[tuple[str, str], int] = {}
         for a in self.alerts:
-            if a.status == "resolved":
+            if a.status == Status.RESOLVED:
                 done[(a.rule, a.metric)] = max(a.step, done.get((a.rule, a.metric), a.step))
         return done
 
     @property
     def resolved(self) -> list[Alert]:
-        return [a for a in self.alerts if a.status == "resolved"]
+        return [a for a in self.alerts if a.status == Status.RESOLVED]
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "group_key": self.group_key, "status": self.status,

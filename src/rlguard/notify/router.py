@@ -39,7 +39,7 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any, Iterable
 
-from ..core.alerts import RUN_LABELS, Alert, Kind, Severity
+from ..core.alerts import RUN_LABELS, Action, Alert, Kind, Severity, Status
 from ..core.errors import StateError
 from .blocks import STOP_EVENTS
 from .message import Message, severity_rank
@@ -133,11 +133,11 @@ class Router:
         return out
 
     def _ingest(self, alert: Alert, now: float) -> None:
-        if severity_rank(alert.severity) < self.min_rank or alert.status not in ("firing", "resolved"):
+        if severity_rank(alert.severity) < self.min_rank or alert.status not in (Status.FIRING, Status.RESOLVED):
             return
         group = self._groups.setdefault(alert.run, _Group())
         ident = _identity(alert)
-        if alert.status == "firing":
+        if alert.status == Status.FIRING:
             if ident in group.firing and not _relaunched(group.firing[ident], alert):
                 return  # still firing: the alert as it first fired stands (a replay after a kill -9 too)
             if ident in group.firing:
@@ -151,7 +151,7 @@ class Router:
             fired = group.firing.get(ident)
             if fired is None:
                 return  # never seen firing (or a replay): nothing to clear
-            if ident not in group.notified and fired.action == "stop":
+            if ident not in group.notified and fired.action == Action.STOP:
                 group.late[ident] = replace(alert, labels=dict(alert.labels))  # told with the stop it decided
                 return
             del group.firing[ident]

@@ -11,6 +11,7 @@ from . import gaps
 from .analysis import change_points, headline, mode_of, noise_sigma, swings, worst_drop
 from .compare import duplicate_runs, side_by_side, summary
 from .load import RunData, load_run
+from ..core.alerts import Status
 
 
 def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = None,
@@ -89,7 +90,7 @@ def run_section(r: RunData, watched: list[str]) -> dict:
         sec["metrics"][m] = {"mode": mode, **headline(steps, values, mode), "noise_sigma": noise_sigma(values),
                              "swings": swings(steps, values), "worst_drop": worst_drop(steps, values, mode),
                              "change_points": change_points(steps, values)}
-    sec["alerts"] = [a.to_dict() for a in r.alerts if a.status == "firing"]
+    sec["alerts"] = [a.to_dict() for a in r.alerts if a.status == Status.FIRING]
     sec["decision"] = _decision(r)
     return sec
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .load import RunData
+from ..core.alerts import Severity
 
 
 #: what the report says where it drew no plots because matplotlib is not installed
@@ -76,7 +77,7 @@ def marks(sec: dict, m: str, run: RunData) -> dict:
         return out
     lookup = dict(zip(run.series[m][0].tolist(), run.series[m][1].tolist()))
     for a in sec["alerts"]:
-        if a["severity"] != "info" and a["metric"] == m and (a["step"] in lookup or a.get("value") is not None):
+        if a["severity"] != Severity.INFO and a["metric"] == m and (a["step"] in lookup or a.get("value") is not None):
             out["alerts"].append((a["step"], lookup.get(a["step"], a.get("value")), a["rule"]))
     return out
 

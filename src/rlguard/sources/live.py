@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from ..stop.incarnation import archived
 from ..stop.request import STOP_FILE
+from ..core.alerts import Action
 
 RECORDS = "rlguard"
 #: decisions.jsonl lines read at most (a run appends a few per incident; a hostile file is cut)
@@ -58,7 +59,7 @@ class Live:
             out.append(f"live ({rel('stop.json')}, by {s.get('source') or 'an unnamed source'}): the run was STOPPED "
                        f"at step {s.get('step')} ({stop_words(s)}){stop_story(s)}")
         if self.decisions:
-            stops = [d for d in self.decisions if d.get("action") == "stop"]
+            stops = [d for d in self.decisions if d.get("action") == Action.STOP]
             alerts = sum(1 for d in self.decisions if d.get("rule"))
             first = f"; first stop decision at step {stops[0].get('step')}" if stops else "; no stop decision"
             out.append(f"live ({rel('decisions.jsonl')}): {len(self.decisions)} decision(s), {alerts} of them "
@@ -81,7 +82,7 @@ class Live:
 
     def to_dict(self) -> dict:
         return {"run_dir": self.run_dir, "stop": self.stop, "decisions": len(self.decisions),
-                "stop_decisions": [d.get("step") for d in self.decisions if d.get("action") == "stop"],
+                "stop_decisions": [d.get("step") for d in self.decisions if d.get("action") == Action.STOP],
                 "requests": [{k: r.get(k) for k in ("outcome", "note", "at")} for r in self.requests],
                 "pending_request": self.pending}
 
