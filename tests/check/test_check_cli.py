@@ -12,7 +12,7 @@ import pytest
 
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"  # real public logs (README there)
 
 KEYS = {"run", "rule", "kind", "severity", "action", "step", "metric", "value", "message"}
 
@@ -215,7 +215,6 @@ def test_bad_rules_file_is_exit_2_with_line(tmp_path):
     assert r.returncode == 2 and f"{rules}:6: rules[0].kind" in r.stderr
 
 
-@pytest.mark.skipif(not (SHARED / "samples").is_dir(), reason="../shared/samples not present")
 @pytest.mark.parametrize("name", ["verl_ppo_codegen_qwen_excerpt.log", "grpo_trl_meta_hackathon_short.jsonl",
                                   "r2_grpo_unsloth_payments_agent_qwen15.jsonl"])
 def test_real_public_logs_without_labels_raise_no_warning(name):
@@ -224,7 +223,7 @@ def test_real_public_logs_without_labels_raise_no_warning(name):
     as a collapse). The r2 run's reward crashes from +0.6 to -12..-3.8 on records 28-31 (group
     spread 8-11) and heals: that, and only that, is a reward_drop warning (the step-down rule
     and the two-record collapse rule both see it, one incident)."""
-    r = check(SHARED / "samples" / name, "--format", "json")
+    r = check(SAMPLES / name, "--format", "json")
     bad = [json.loads(x) for x in r.stdout.splitlines()]
     bad = [o for o in bad if o["severity"] != "info"]
     if name.startswith("r2_"):
@@ -236,11 +235,10 @@ def test_real_public_logs_without_labels_raise_no_warning(name):
     assert r.returncode == 0 and not bad, bad
 
 
-@pytest.mark.skipif(not (SHARED / "samples").is_dir(), reason="../shared/samples not present")
 def test_real_dpo_log_with_memorised_pairs_is_dpo_overfit():
     """LLaMA-Factory DPO: loss 0.0000 and reward accuracy 1.0 from step 60 to 170 (of 170),
     margins 16: the pairs are memorised long before the end; that, and nothing else, is flagged."""
-    r = check(SHARED / "samples" / "dpo_llamafactory_qwen7b_lora.jsonl", "--format", "json")
+    r = check(SAMPLES / "dpo_llamafactory_qwen7b_lora.jsonl", "--format", "json")
     alerts = [json.loads(x) for x in r.stdout.splitlines()]
     warned = {(a["kind"], a["rule"]) for a in alerts if a["severity"] != "info"}
     assert r.returncode == 1 and warned == {("dpo_overfit", "RLG-DPO-OVERFIT")}, warned

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from daemon_helpers import append, constant_reward, healthy
 
-SAMPLE = Path(__file__).resolve().parents[3] / "shared" / "samples" / "grpo_trl_meta_hackathon_short.jsonl"
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "samples" / "grpo_trl_meta_hackathon_short.jsonl"
 
 
 def test_a_pipe_in_a_run_name_cannot_alter_the_slack_link(tmp_path, daemon_factory, slack):
@@ -49,7 +49,6 @@ def test_a_scraper_that_hangs_up_leaves_no_traceback(tmp_path, daemon_factory):
     assert d.stop() == 0
 
 
-@pytest.mark.skipif(not SAMPLE.is_file(), reason="needs ../shared/samples beside the worktree")
 def test_check_reads_a_pipe_named_on_its_command_line(tmp_path):
     """`check <(cat log)` (a pipe as /dev/fd/N) once read as empty: it reads as the file does."""
     cmd = [sys.executable, "-m", "rlguard", "check", "--format", "json"]

@@ -1,5 +1,5 @@
 """Online and offline are the same statistics: every case of the labelled corpus and of the dev
-set (../shared/devset, where present), fed to the watchdog one record at a time (a live run, a
+set (../shared/devset, where present) and the real samples of tests/fixtures/samples, fed to the watchdog one record at a time (a live run, a
 daemon's tail) and in one batch (``rlguard check``), gives identical alerts: step, rule, kind,
 severity, status, and value to 1e-9 relative.
 
@@ -22,7 +22,8 @@ from rlguard.engine.watchdog import Watchdog
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "corpus" / "data"
-DEVSET = ROOT.parent / "shared" / "devset"
+SAMPLES = ROOT / "tests" / "fixtures" / "samples"  # real public logs, in the repository
+DEVSET = ROOT.parent / "shared" / "devset"  # the project's labelled dev set, beside a checkout that has it
 FULL = os.environ.get("RLGUARD_ONLINE_FULL") == "1"
 CAP = None if FULL else 150
 
@@ -32,6 +33,8 @@ def _cases():
     for c in json.loads((DATA / "labels.json").read_text())["cases"]:
         baselines = {f["metric"]: float(f["baseline"]) for f in c["faults"] if "baseline" in f}
         out.append(pytest.param(DATA / c["file"], baselines, id=f"data/{c['name']}"))
+    for f in sorted(SAMPLES.glob("*.*l*")):  # .jsonl, .log
+        out.append(pytest.param(f, {}, id=f"samples/{f.name}"))
     if (DEVSET / "labels.json").exists():
         for c in json.loads((DEVSET / "labels.json").read_text()):
             marks = [KNOWN_DIVERGENCE] if c["file"] in DIVERGE else []

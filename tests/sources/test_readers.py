@@ -19,9 +19,7 @@ from rlguard.core.errors import LogFormatError
 from rlguard.sources import READERS, detect_format, open_reader, read_log
 from rlguard.sources.jsonl import JsonlReader
 
-SAMPLES = Path(__file__).resolve().parents[3] / "shared" / "samples"
-needs_samples = pytest.mark.skipif(not SAMPLES.is_dir(),
-                                   reason=f"real log samples not found at {SAMPLES}")
+SAMPLES = Path(__file__).resolve().parents[1] / "fixtures" / "samples"  # real public logs (README there)
 BIG = 10 * 1024 * 1024
 
 
@@ -530,7 +528,6 @@ def test_console_readers_ten_megabyte_record_lines(tmp_path):
 
 # ------------------------------------------------------------------------- real samples
 
-@needs_samples
 def test_sample_verl_console():
     path = SAMPLES / "verl_ppo_codegen_qwen_excerpt.log"
     records, stats, fmt = read_log(path)
@@ -551,7 +548,6 @@ def test_sample_verl_console():
     assert (stats.bad_values, stats.bad_lines, stats.first_bad_line) == (0, 0, None)
 
 
-@needs_samples
 def test_sample_trl_grpo_log_history_lines():
     records, stats, fmt = read_log(SAMPLES / "grpo_trl_meta_hackathon_short.jsonl")
     assert fmt == "jsonl" and steps(records) == [5, 10, 15, 20]
@@ -561,7 +557,6 @@ def test_sample_trl_grpo_log_history_lines():
     assert records[0].resolution == {} and stats.bad_values == stats.skipped_lines == 0
 
 
-@needs_samples
 def test_sample_llamafactory_dpo_with_summary_record():
     records, stats, fmt = read_log(SAMPLES / "dpo_llamafactory_qwen7b_lora.jsonl")
     assert fmt == "jsonl" and len(records) == 18
@@ -573,7 +568,6 @@ def test_sample_llamafactory_dpo_with_summary_record():
     assert summary.line == 18 and stats.records == 18
 
 
-@needs_samples
 def test_sample_unsloth_grpo():
     records, stats, fmt = read_log(SAMPLES / "r2_grpo_unsloth_payments_agent_qwen15.jsonl")
     assert fmt == "jsonl" and steps(records) == list(range(1, 39))
