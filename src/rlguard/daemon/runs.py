@@ -66,7 +66,7 @@ class RunMonitor:
         self.tail = FileTail(found.log, saved["tail"] if saved else None, settle=settle)
         self.kind = log_kind(self.tail.path)
         self.plan = RulePlan.of(packs)  # (a daemon's runs share one)
-        self.watchdog = Watchdog(plan=self.plan, run=run)
+        self.watchdog = Watchdog(plan=self.plan, run=run, labels=self.context)
         self.info = RunInfo(**saved["info"]) if saved else RunInfo()
         if saved and saved.get("watchdog"):
             self.watchdog.load_state_dict(saved["watchdog"])
@@ -161,8 +161,6 @@ class RunMonitor:
         alerts = self.watchdog.alerts[before:]
         if len(self.watchdog.alerts) > 2 * KEEP_ALERTS:  # a run that flaps for weeks: memory stays bounded
             del self.watchdog.alerts[:-KEEP_ALERTS]  # (its saved state keeps the same latest 1,000)
-        for a in alerts:
-            a.labels.update(self.context)
         self._track(records, now)
         for a in alerts:
             if a.status == Status.FIRING:
@@ -213,7 +211,7 @@ class RunMonitor:
         if inc["id"] == self.info.incarnation:
             return
         if self.info.incarnation is not None:
-            self.watchdog = Watchdog(plan=self.plan, run=self.run)
+            self.watchdog = Watchdog(plan=self.plan, run=self.run, labels=self.context)
             self.pending, self._quiet_upto = [], 0
             self.screen, self._watched, self._unsettled = QuietScreen(), watched_keys(self.watchdog), False
             events.append(f"a new run started in {self.run_dir} (from step {inc.get('start_step')}): watched afresh")
@@ -314,7 +312,7 @@ class RunMonitor:
                f"hung, dead or stuck in evaluation")
         return Alert(run=self.run, rule=STALL.rule, kind=STALL.kind, severity=STALL.severity, action=Action.ALERT,
                      step=int(self.info.last_step or 0), metric=STALL.metric, value=None, message=msg,
-                     status="resolved" if resolved else "firing", labels=dict(self.context))
+                     status=Status.RESOLVED if resolved else Status.FIRING, labels=dict(self.context))
 
     def request_stop(self, decision: Decision, now: float | None = None) -> bool:
         """Write ``RLGUARD_STOP`` into the run's own directory (never a path taken from log

@@ -6,6 +6,7 @@ decision). The watchdog decides *when*; this module decides *what is said*.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,10 +48,11 @@ class BestTracker:
 
 
 def make_alert(run: str, rule: Rule, metric: str, col: Column, ev, ref_is_best: bool,
-               best: BestTracker | None) -> tuple[Alert, str | None]:
+               best: BestTracker | None, run_labels: Mapping[str, str] | None = None) -> tuple[Alert, str | None]:
     """The alert for event ``ev`` of ``rule`` on ``metric``, and the metric whose best the
     checkpoint of a stop comes from (None without one): the detector's own best when it
-    tracks one (``ref_is_best``), else the watched evaluation metric's best."""
+    tracks one (``ref_is_best``), else the watched evaluation metric's best. Its labels are the
+    rule's, then the run's (``run_labels`` win on a clash)."""
     j = ev.index
     value = float(col.values[j]) if ev.value is None else ev.value
     ckpt, best_of = None, None
@@ -65,7 +67,7 @@ def make_alert(run: str, rule: Rule, metric: str, col: Column, ev, ref_is_best: 
     return Alert(run=run, rule=rule.id, kind=rule.kind, severity=rule.severity,
                  action=rule.action, step=int(col.steps[j]), metric=metric, value=value,
                  message=msg, status=Status.FIRING if ev.firing else Status.RESOLVED,
-                 line=int(col.lines[j]), checkpoint_step=ckpt, labels=dict(rule.labels),
+                 line=int(col.lines[j]), checkpoint_step=ckpt, labels={**rule.labels, **(run_labels or {})},
                  annotations=dict(rule.annotations)), best_of
 
 

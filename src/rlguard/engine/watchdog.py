@@ -48,6 +48,9 @@ class Watchdog:
     vocab: Vocabulary = field(default_factory=Vocabulary)
     baselines: Mapping[str, float] = field(default_factory=dict)
     plan: RulePlan | None = None
+    #: labels every alert of this run carries besides its rule's (a daemon's: cluster, team, user,
+    #: run_dir, host), set when the alert is built: an alert is complete when the watchdog returns it
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.plan is None:  # (a plan given: no pack is loaded again, per run)
@@ -176,7 +179,8 @@ class Watchdog:
                 continue
             unchecked = self._unchecked(rule, col, cols)
             for ev in events:
-                alert, best_of = make_alert(self.run, rule, name, col, ev, inst.detector.ref_is_best, self.best)
+                alert, best_of = make_alert(self.run, rule, name, col, ev, inst.detector.ref_is_best, self.best,
+                                           self.labels)
                 if unchecked is not None and ev.firing:
                     degrade(alert, [m for m, miss in unchecked if miss[ev.index]])
                 new_alerts.append((int(col.seq[ev.index]), plan.order[rule.id], alert, best_of, ev.onset))

@@ -202,7 +202,7 @@ class Router:
         group.notified = set(group.firing)
         group.cleared, group.changed_at, group.last_sent = {}, None, now
         return Message(key=message_key(run, alerts + still, group.repeats), group_key=run,
-                       status="firing" if firing else "resolved", alerts=alerts,
+                       status=Status.FIRING if firing else Status.RESOLVED, alerts=alerts,
                        repeat=group.repeats, still=still)
 
     def _idle(self, group: _Group, now: float) -> bool:
