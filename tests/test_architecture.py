@@ -434,7 +434,6 @@ def test_no_private_cross_module_import():
     assert not PRIVATE, _fail("private cross-module imports", PRIVATE)
 
 
-@pytest.mark.xfail(strict=True, reason="three type-only circles, broken in the next commits of issue 49")
 def test_no_import_cycle_in_rlguard():
     """Type-only imports included: an annotation that needs the other module ties the two."""
     comps = cycles(SOURCE)
@@ -460,7 +459,6 @@ def test_the_architecture_page_draws_the_rooms_from_the_code():
     assert layout_on_page("no block") is None
 
 
-@pytest.mark.xfail(strict=True, reason="daemon/lifecycle.py and daemon/saving.py: next commits of issue 49")
 def test_no_module_level_function_writes_the_daemon():
     found = daemon_writers(SOURCE)
     assert not found, _fail("module-level functions that write the Daemon's fields", found)

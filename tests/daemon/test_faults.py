@@ -222,7 +222,7 @@ def test_runs_over_max_runs_are_counted_once(tmp_path):
     d = daemon(tmp_path, [tmp_path / "runs"], max_runs=2)
     for _ in range(3):
         d.poll()
-    assert len(d.runs) == 2 and d.dropped_runs == 2
+    assert len(d.runs) == 2 and d.refusals.count == 2
     assert d.state().health.text.startswith("degraded: 2 run(s) not watched: max_runs (2) reached")  # never silently
 
 

@@ -100,7 +100,7 @@ def test_a_paced_save_stops_when_the_daemon_closes_and_the_save_at_exit_writes_t
     monkeypatch.setattr(saving, "SAVE_SLICE", 3)
     d = polled_twice(tmp_path, 7)
     written: list[int] = []
-    write = d.save_rows
+    write = d.saver.write_rows
 
     def save_rows(rows):
         rows = list(rows)
@@ -108,7 +108,7 @@ def test_a_paced_save_stops_when_the_daemon_closes_and_the_save_at_exit_writes_t
         d.closing.set()  # SIGTERM while the first slice is written
         return write(rows)
 
-    d.save_rows = save_rows
+    d.saver.write_rows = save_rows
     t0 = time.perf_counter()
     d.save()
     assert written == [3] and time.perf_counter() - t0 < 1.0

@@ -52,7 +52,7 @@ def test_the_save_goes_slice_by_slice_with_the_lock_let_go_between(tmp_path, mon
     d.lock = lock = CountingLock()
     mons = list(d.runs.values())
     calls: list[tuple[int, int, bool]] = []  # (rows, free moments so far, the lock held by the saver)
-    write = d.save_rows
+    write = d.saver.write_rows
 
     def save_rows(rows):
         rows = list(rows)
@@ -61,7 +61,7 @@ def test_the_save_goes_slice_by_slice_with_the_lock_let_go_between(tmp_path, mon
             mons[0].changed = True
         return write(rows)
 
-    d.save_rows = save_rows
+    d.saver.write_rows = save_rows
     d.save()
     assert [n for n, _, _ in calls] == [3, 3, 1] and all(held for _, _, held in calls)
     assert calls[0][1] < calls[1][1] < calls[2][1]  # let go between every two slices
@@ -83,14 +83,14 @@ def test_the_first_reads_of_a_pass_are_saved_in_slices_too(tmp_path, monkeypatch
     d = Daemon(cfg, clock=lambda: 1000.0)
     d.lock = lock = CountingLock()
     calls: list[tuple[int, int]] = []
-    write = d.save_rows
+    write = d.saver.write_rows
 
     def save_rows(rows):
         rows = list(rows)
         calls.append((len(rows), lock.free))
         return write(rows)
 
-    d.save_rows = save_rows
+    d.saver.write_rows = save_rows
     d.poll()
     assert [n for n, _ in calls] == [3, 3, 1] and calls[0][1] < calls[1][1] < calls[2][1]
     assert not any(m.never_saved for m in d.runs.values()) and len(d.store.load()) == RUNS
@@ -147,8 +147,8 @@ def test_a_run_saved_at_its_first_read_is_not_written_again_by_the_next_save(tmp
     assert len(d.store.load()) == RUNS and not any(m.changed or m.never_saved for m in d.runs.values())
     assert sorted(d.fleet.dirty) == sorted(d.runs)  # each waits for its publication
     written: list[str] = []
-    write = d.save_rows
-    d.save_rows = lambda rows: write([written.append(r[0]) or r for r in rows])
+    write = d.saver.write_rows
+    d.saver.write_rows = lambda rows: write([written.append(r[0]) or r for r in rows])
     d.save()
     assert written == []
     append(tmp_path / "runs" / "r3" / "metrics.jsonl", healthy(6, 2))
@@ -184,15 +184,13 @@ def test_a_run_whose_state_cannot_be_encoded_is_not_marked_saved_and_is_saved_on
     writes it, where before the run was marked saved and a restart found its old state (or none);
     the others of its slice are saved as usual, and such a run is not retired (its state would
     be lost with it)."""
-    from rlguard.daemon import lifecycle
-
     d = polled_twice(tmp_path, 3)
     bad = d.runs[next(k for k in d.runs if "/r1/" in k)]
     bad.info.latest["odd"] = [object(), 1]  # not JSON
     d.save()
     assert bad.changed and not any(m.changed for m in d.runs.values() if m is not bad)
     assert d.store.load()[bad.path]["tail"]["count"] == 5  # its state as its first read saved it
-    assert not lifecycle.retire(d, bad.path, "test") and bad.path in d.runs
+    assert not d.retirements.retire(bad.path, "test") and bad.path in d.runs
     del bad.info.latest["odd"]
     d.save()
     assert not bad.changed and d.store.load()[bad.path]["tail"]["count"] == 7

@@ -143,4 +143,4 @@ def test_a_finished_run_is_not_stalled(tmp_path):
     now[0] += 3600
     d.stall()
     assert not mon.info.stalled and mon.info.ended == "its end-of-training summary record"
-    assert str(log) not in d.runs and str(log) in d.retired  # its slot is free; watched again if it writes
+    assert str(log) not in d.runs and str(log) in d.retirements  # its slot is free; watched again if it writes

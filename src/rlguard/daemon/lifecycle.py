@@ -12,7 +12,10 @@
 - **Retired**: an ended run, a run that logged nothing for ``stall_after``, or a run quiet for
   ``retire_after`` (its stall warning resolved as "counted as ended") frees its slot under
   ``max_runs``. Its state stays saved with the signature of its log (inode, size, mtime); it is
-  watched again, from where it was, as soon as that log changes.
+  watched again, from where it was, as soon as that log changes (:class:`Retirements`, which
+  the ``Daemon`` composes).
+- **Refused**: a run found when ``max_runs`` are watched (and no run with an empty log gives up
+  its slot) is not watched; it is tried again at every scan, and said once (:class:`Refusals`).
 """
 from __future__ import annotations
 
@@ -24,13 +27,16 @@ from typing import TYPE_CHECKING
 
 from ..stop import incarnation
 from . import overdue, pidproof, stops
+from .view import record
 
 if TYPE_CHECKING:
     from ..core.alerts import Alert
     from ..sources.layout import Found
     from .config import DaemonConfig
+    from .outgoing import Outgoing
     from .runs import RunMonitor
-    from .service import Daemon
+    from .saving import Saver
+    from .store import Store
 
 log = logging.getLogger("rlguard.daemon")
 
@@ -167,61 +173,124 @@ def judged_as_history(mon: RunMonitor, alerts: list[Alert], stall_after: float) 
     return bool(mon.info.history)
 
 
-def still_retired(daemon: Daemon, found: Found) -> bool:
-    """A retired run whose log has not changed stays retired (a stat per scan); one whose log
-    changed is watched again from its saved state."""
-    sig = daemon.retired.get(found.key)
-    if sig is None:
-        return False
-    if signature(found.log) == sig:
-        return True
-    del daemon.retired[found.key]
-    row = daemon.store.load_one(found.key) if daemon.store.db is not None else None
-    if row is not None:
-        row["info"].update(retired=None, ended=None, history=False, stalled=False)
-        daemon.saved[found.key] = row
-    log.info("%s: its log changed: watched again", found.key)
-    return False
+class Retirements:
+    """The runs retired, each with its log's signature, and the runs a scan found already
+    ended (history), said once a scan.
 
+    It works on the daemon's ``runs`` and ``names`` (a run retired leaves both), its ``saved``
+    states (a retired run whose log changed is watched again from its saved state), the
+    ``store`` (read back, and whether it is open), the ``outgoing`` queue (a run with alerts
+    held in memory is not retired) and writes through the ``saver``."""
 
-def make_room(daemon: Daemon, found: Found) -> bool:
-    """At ``max_runs``: a run whose log has data takes the slot of a run that logged nothing
-    (retired: watched again when it writes)."""
-    try:
-        if os.path.isfile(found.log) and os.path.getsize(found.log) == 0:
+    def __init__(self, runs: dict[str, RunMonitor], names: dict[str, str], saved: dict[str, dict],
+                 store: Store, outgoing: Outgoing, saver: Saver, stall_after: float) -> None:
+        self.runs, self.names, self.saved = runs, names, saved
+        self.store, self.outgoing, self.saver = store, outgoing, saver
+        self.stall_after = stall_after
+        self.retired: dict[str, list[int]] = {}  # run key -> its log's signature
+        self.history_new = 0  # runs found already ended in this scan
+
+    def __len__(self) -> int:
+        return len(self.retired)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.retired
+
+    def still_retired(self, found: Found) -> bool:
+        """A retired run whose log has not changed stays retired (a stat per scan); one whose log
+        changed is watched again from its saved state."""
+        sig = self.retired.get(found.key)
+        if sig is None:
             return False
-    except OSError:
-        return False
-    for key, mon in daemon.runs.items():
-        if mon.info.last_update or mon.pending or (signature(mon.log) or [0, 1])[1] != 0:
-            continue
-        if retire(daemon, key, f"an empty log; its slot went to {found.key}, which has records"):
+        if signature(found.log) == sig:
             return True
-    return False
-
-
-def say_history(daemon: Daemon) -> None:
-    """Log the runs the scan just done found already ended (judged for the record only), once."""
-    if daemon.history_new:
-        log.warning("%d run(s) found whose logs were already quiet for over %g s: judged for the record only "
-                    "(/status, /metrics): no stop request, no Slack message, no stall alert",
-                    daemon.history_new, daemon.cfg.stall_after)
-        daemon.history_new = 0
-
-
-def retire(daemon: Daemon, key: str, why: str) -> bool:
-    """Stop watching a run, its state saved with its log's signature; False when it cannot be
-    (not a plain file, alerts held in memory, or the state not writable: it stays watched)."""
-    mon = daemon.runs[key]
-    sig = signature(mon.log)
-    if sig is None or mon.run in daemon.outgoing.held():
+        del self.retired[found.key]
+        row = self.store.load_one(found.key) if self.store.db is not None else None
+        if row is not None:
+            row["info"].update(retired=None, ended=None, history=False, stalled=False)
+            self.saved[found.key] = row
+        log.info("%s: its log changed: watched again", found.key)
         return False
-    mon.info.retired = sig
-    if daemon.store.db is None or daemon.save_rows([mon.saved()]) != set():  # (not written, or left out)
-        mon.info.retired = None
+
+    def kept(self, found: Found, own: dict | None) -> bool:
+        """A run retired before a restart (``own``: its saved state) whose log is unchanged since
+        stays retired."""
+        sig = own["info"].get("retired") if own else None
+        if not sig or sig != signature(found.log):
+            return False
+        self.retired[found.key] = sig
+        return True
+
+    def found(self, mon: RunMonitor) -> None:
+        """A run watched for the first time (no saved state): one found already ended is judged
+        for the record only (see :func:`history_found`), and said at the end of the scan."""
+        if history_found(mon, self.stall_after):
+            mon.info.history = True
+            self.history_new += 1
+
+    def say_history(self) -> None:
+        """Log the runs the scan just done found already ended (judged for the record only), once."""
+        if self.history_new:
+            log.warning("%d run(s) found whose logs were already quiet for over %g s: judged for the record only "
+                        "(/status, /metrics): no stop request, no Slack message, no stall alert",
+                        self.history_new, self.stall_after)
+            self.history_new = 0
+
+    def make_room(self, found: Found) -> bool:
+        """At ``max_runs``: a run whose log has data takes the slot of a run that logged nothing
+        (retired: watched again when it writes)."""
+        try:
+            if os.path.isfile(found.log) and os.path.getsize(found.log) == 0:
+                return False
+        except OSError:
+            return False
+        for key, mon in self.runs.items():
+            if mon.info.last_update or mon.pending or (signature(mon.log) or [0, 1])[1] != 0:
+                continue
+            if self.retire(key, f"an empty log; its slot went to {found.key}, which has records"):
+                return True
         return False
-    del daemon.runs[key]
-    daemon.names.pop(mon.run, None)
-    daemon.retired[key] = sig
-    log.info("%s: retired (%s); watched again when its log changes", key, why)
-    return True
+
+    def retire(self, key: str, why: str) -> bool:
+        """Stop watching a run, its state saved with its log's signature; False when it cannot be
+        (not a plain file, alerts held in memory, or the state not writable: it stays watched)."""
+        mon = self.runs[key]
+        sig = signature(mon.log)
+        if sig is None or mon.run in self.outgoing.held():
+            return False
+        mon.info.retired = sig
+        if self.store.db is None or self.saver.write_rows([mon.saved()]) != set():  # (not written, or left out)
+            mon.info.retired = None
+            return False
+        del self.runs[key]
+        self.names.pop(mon.run, None)
+        self.retired[key] = sig
+        log.info("%s: retired (%s); watched again when its log changes", key, why)
+        return True
+
+
+class Refusals:
+    """The runs refused at ``max_runs``, tried again at every scan: each said once (the log, and
+    the "runs" problem /healthz reports while any waits) and counted once (``count``:
+    ``rlguard_runs_dropped``). Writes the daemon's ``problems``."""
+
+    def __init__(self, problems: dict[str, str], max_runs: int) -> None:
+        self.problems, self.max_runs = problems, max_runs
+        self.waiting: set[str] = set()  # run keys refused, not watched since
+        self.count = 0
+
+    def refuse(self, key: str) -> None:
+        """``key`` found no slot; never silently."""
+        if key in self.waiting:
+            return
+        self.waiting.add(key)
+        self.count += 1
+        log.warning("%s: not watched: max_runs (%d) reached; tried again when a slot frees", key, self.max_runs)
+        record(self.problems, [("runs", f"{len(self.waiting)} run(s) not watched: max_runs ({self.max_runs}) "
+                                        f"reached (the latest: {key})")])
+
+    def taken(self, key: str) -> None:
+        """``key`` is watched now: refused before, it waits no more."""
+        if key in self.waiting:
+            self.waiting.discard(key)
+            record(self.problems, [("runs", None if not self.waiting else self.problems.get("runs"))])

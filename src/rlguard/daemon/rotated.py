@@ -23,27 +23,24 @@ from __future__ import annotations
 import os
 import re
 import stat
-from typing import TYPE_CHECKING
 
 from ..core.errors import LogFormatError
 from ..sources import open_regular
 from ..sources.base import LogRecord, Reader
-from .tailstate import ANCHOR, Poll, content_hash
-
-if TYPE_CHECKING:
-    from .tail import FileTail
+from .tailstate import ANCHOR, Poll, TailState, content_hash
 
 MAX_PREDECESSORS = 8
 GZIP_MAGIC = b"\x1f\x8b"
 
 
-def drain_rotated(tail: FileTail, reader: Reader, out: Poll, copied: bool = False) -> list[LogRecord]:
-    """What the log gained before it was renamed (``copied``: copied and truncated)."""
-    st = tail.state
+def drain_rotated(st: TailState, max_bytes: int, reader: Reader, out: Poll,
+                  copied: bool = False) -> list[LogRecord]:
+    """What the log followed as ``st`` gained before it was renamed (``copied``: copied and
+    truncated), read at most ``max_bytes`` past the offset; the tail delivers them to its stream."""
     folder = os.path.dirname(st.path) or "."
     try:
         with os.scandir(folder) as it:
-            old = (find_copy(tail, it) if copied else
+            old = (find_copy(st, it) if copied else
                    next((e.path for e in it if e.is_file(follow_symlinks=False)
                          and e.inode() == st.inode and e.path != st.path), None))
     except OSError:
@@ -54,7 +51,7 @@ def drain_rotated(tail: FileTail, reader: Reader, out: Poll, copied: bool = Fals
         with open_regular(old) as f:
             k = min(st.offset, ANCHOR)
             f.seek(st.offset - k)
-            data = f.read(k + tail.max_bytes)
+            data = f.read(k + max_bytes)
     except (OSError, LogFormatError):
         return []
     if k and content_hash(data[:k]) != st.anchor:
@@ -68,13 +65,12 @@ def drain_rotated(tail: FileTail, reader: Reader, out: Poll, copied: bool = Fals
                       f"it was {'copied and truncated' if copied else 'renamed'}")
     out.bad += got.bad
     st.context = got.context
-    return tail.deliver(got.records, out, done=True)
+    return got.records
 
 
-def find_copy(tail: FileTail, entries, limit: int = 256) -> str | None:
+def find_copy(st: TailState, entries, limit: int = 256) -> str | None:
     """A regular file beside the log, longer than the offset, that starts with the bytes
     read first (``head``); at most ``limit`` candidates are opened (one small read each)."""
-    st = tail.state
     k = min(st.offset, ANCHOR)
     if not k or st.head is None:
         return None
@@ -109,22 +105,23 @@ def rotated_names(name: str, names) -> list[str]:
     return [n for _, n in sorted(num)] + [n for _, n in sorted(date, reverse=True)]
 
 
-def read_predecessors(tail: FileTail, reader: Reader, out: Poll) -> list[LogRecord]:
-    """The records of the live log's rotated predecessors, oldest first, delivered as the
-    start of the stream (a fresh tail only: nothing read, nothing saved)."""
-    folder, name = os.path.split(tail.state.path)
+def read_predecessors(path: str, max_bytes: int, reader: Reader, out: Poll) -> list[LogRecord]:
+    """The records of the rotated predecessors of the live log ``path``, oldest first, at most
+    ``max_bytes`` in all: the tail delivers them as the start of its stream (a fresh tail only:
+    nothing read, nothing saved)."""
+    folder, name = os.path.split(path)
     try:
         dfd = os.open(folder or ".", os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return []
     try:
-        chosen, left = _choose(dfd, name, rotated_names(name, os.listdir(dfd)), tail.max_bytes)
+        chosen, left = _choose(dfd, name, rotated_names(name, os.listdir(dfd)), max_bytes)
         if left:
             out.events.append(f"rotated predecessor(s) not read (over {MAX_PREDECESSORS} files or "
-                              f"{tail.max_bytes} bytes in all): {', '.join(left)}")
+                              f"{max_bytes} bytes in all): {', '.join(left)}")
         records: list[LogRecord] = []
         for n in reversed(chosen):  # oldest first
-            data = _read_sibling(dfd, n, tail.max_bytes)
+            data = _read_sibling(dfd, n, max_bytes)
             if data is None or data[:2] == GZIP_MAGIC:
                 continue
             got = reader.read_appended(data, os.path.join(folder, n), 1, {})
@@ -138,7 +135,7 @@ def read_predecessors(tail: FileTail, reader: Reader, out: Poll) -> list[LogReco
         return []
     finally:
         os.close(dfd)
-    return tail.deliver(records, out, done=True) if records else []
+    return records
 
 
 def _choose(dfd: int, live: str, names: list[str], budget: int) -> tuple[list[str], list[str]]:

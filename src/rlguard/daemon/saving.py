@@ -1,4 +1,5 @@
-"""Writing the daemon's runs to its state store: the periodic save, and a poll's urgent saves.
+"""Writing the daemon's runs to its state store: the periodic save, and a poll's urgent saves
+(:class:`Saver`, which the ``Daemon`` composes; the daemon's lock is handed to each save).
 
 - **Slices.** Runs are written ``SAVE_SLICE`` at a time, each slice one transaction under the
   daemon's lock, let go between: one transaction of 10,000 runs held the lock ~5 s (no poll, no
@@ -22,71 +23,90 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from . import startup
 from .pacing import Paced
 from .view import record
 
 if TYPE_CHECKING:
+    from ..notify.dispatcher import Dispatcher
+    from .fleet import Fleet
+    from .outgoing import Outgoing
     from .runs import RunMonitor
-    from .service import Daemon
+    from .store import Row, Store
 
 SAVE_SLICE = 250  # runs saved under one hold of the lock (~0.25 s: 5,000 at once held it ~5 s)
 
 
-def save(d: Daemon, paced: bool = True) -> None:
-    """The periodic save (``paced``: yielding to the polls; not at exit)."""
-    with d.lock:
-        if d.store.db is None:
-            loaded, changes = d.store.retry_open()
-            record(d.problems, changes)
+class Saver:
+    """The saving policy: what is written, a slice at a time, and what a save does after.
+
+    It works on the daemon's ``runs`` (read: a run unwatched since is not written), its
+    ``saved`` states (filled when a store closed at start opens), its ``problems`` (what
+    /healthz reports: a full disk, a state not encoded), the ``outgoing`` queue (a run with
+    alerts held in memory is not saved) and the ``fleet`` (what is saved waits for the
+    handoff dir)."""
+
+    def __init__(self, store: Store, runs: Mapping[str, RunMonitor], saved: dict[str, dict],
+                 problems: dict[str, str], outgoing: Outgoing, fleet: Fleet, dispatcher: Dispatcher | None,
+                 clock: Callable[[], float], save_interval: float) -> None:
+        self.store, self.runs, self.saved, self.problems = store, runs, saved, problems
+        self.outgoing, self.fleet, self.dispatcher = outgoing, fleet, dispatcher
+        self.clock, self.save_interval = clock, save_interval
+
+    def write_rows(self, rows: Iterable[Row]) -> set[str] | None:
+        """Write store rows: the keys of those left out (kept to save again), None if none was."""
+        left_out, changes = self.store.save_rows(rows)
+        record(self.problems, changes)
+        return left_out
+
+    def reopen(self) -> bool:
+        """Before a save: a store that could not be opened (a full disk at start) is tried
+        again; the states it holds of runs not watched join ``saved``. False: still closed."""
+        if self.store.db is None:
+            loaded, changes = self.store.retry_open()
+            record(self.problems, changes)
             if loaded is None:
-                return
-            d.saved.update({k: v for k, v in loaded.items() if k not in d.runs})
-        record(d.problems, startup.rewrite(d.problems, d.cfg.state_dir, d.control_token, d.address))
-        changed = [m for m in d.runs.values() if m.changed]
-    hold = Paced(d.lock, within=d.cfg.save_interval / 2, sleep=d.closing.wait) if paced else d.lock
-    if not save_slices(d, changed, hold, d.closing if paced else None):
-        return  # not written: the runs stay "changed" and are saved at the next try
-    changes = d.fleet.periodic(d.runs, d.clock(), hold, SAVE_SLICE)
-    with d.lock:
-        record(d.problems, changes)
-        if d.dispatcher is not None:
-            try:
-                d.dispatcher.save_state()
-            except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watch
-                record(d.problems, [("notifications", f"notification state not writable: {exc}")])
-            else:
-                record(d.problems, [("notifications", None)])
-
-
-def save_urgent(d: Daemon, urgent: list[RunMonitor], now: float) -> None:
-    """The end of a poll: its urgent runs, then what it queued may be published."""
-    save_slices(d, urgent, d.lock)
-    with d.lock:  # before any message queued in this pass may leave
-        record(d.problems, d.fleet.publish_queued(d.runs, d.names))
-        d.last_poll = now
-        if not d.budget.passes:  # the first pass: the handoff's shares count from its end
-            d.fleet.first_pass_done(d.clock())
-
-
-def save_slices(d: Daemon, mons: list[RunMonitor], hold: AbstractContextManager,
-                stop: threading.Event | None = None) -> bool:
-    """Write ``mons`` (not those unwatched since, or with alerts held) a slice at a time, each
-    under ``hold``, until ``stop`` is set; False: not all written."""
-    for i in range(0, len(mons), SAVE_SLICE):
-        if stop is not None and stop.is_set():
-            return False  # the daemon is closing: its save at exit writes the rest
-        with hold:
-            held = d.outgoing.held()
-            part = [m for m in mons[i:i + SAVE_SLICE] if m.run not in held and d.runs.get(m.path) is m]
-            left_out = d.save_rows(m.saved() for m in part)  # (a generator: one state built at a time)
-            if left_out is None:
                 return False
-            part = [m for m in part if m.path not in left_out]  # (not encoded: still to save)
-            for m in part:
-                m.never_saved = m.changed = False
-            d.fleet.note_changed(m.path for m in part)
-    return True
+            self.saved.update({k: v for k, v in loaded.items() if k not in self.runs})
+        return True
+
+    def save(self, changed: list[RunMonitor], lock: AbstractContextManager,
+             closing: threading.Event | None = None) -> None:
+        """The periodic save of the ``changed`` runs, then the handoff share and the
+        notification state; paced (yielding to the polls) until ``closing`` is set, unpaced
+        without it (the save at exit)."""
+        hold = Paced(lock, within=self.save_interval / 2, sleep=closing.wait) if closing is not None else lock
+        if not self.save_slices(changed, hold, closing):
+            return  # not written: the runs stay "changed" and are saved at the next try
+        changes = self.fleet.periodic(self.runs, self.clock(), hold, SAVE_SLICE)
+        with lock:
+            record(self.problems, changes)
+            if self.dispatcher is not None:
+                try:
+                    self.dispatcher.save_state()
+                except Exception as exc:  # noqa: BLE001 - a full disk must not stop the watch
+                    record(self.problems, [("notifications", f"notification state not writable: {exc}")])
+                else:
+                    record(self.problems, [("notifications", None)])
+
+    def save_slices(self, mons: list[RunMonitor], hold: AbstractContextManager,
+                    stop: threading.Event | None = None) -> bool:
+        """Write ``mons`` (not those unwatched since, or with alerts held) a slice at a time, each
+        under ``hold``, until ``stop`` is set; False: not all written."""
+        for i in range(0, len(mons), SAVE_SLICE):
+            if stop is not None and stop.is_set():
+                return False  # the daemon is closing: its save at exit writes the rest
+            with hold:
+                held = self.outgoing.held()
+                part = [m for m in mons[i:i + SAVE_SLICE] if m.run not in held and self.runs.get(m.path) is m]
+                left_out = self.write_rows(m.saved() for m in part)  # (a generator: one state built at a time)
+                if left_out is None:
+                    return False
+                part = [m for m in part if m.path not in left_out]  # (not encoded: still to save)
+                for m in part:
+                    m.never_saved = m.changed = False
+                self.fleet.note_changed(m.path for m in part)
+        return True

@@ -6,7 +6,7 @@ Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
   poll: the scan is incremental), then read what every run's log gained, feed the watchdog
   (within ``eval_budget`` seconds a pass: :mod:`.budget`), notify, write stop requests;
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
-- ``save``: persist offsets, watchdog states and counters (250 runs a transaction, paced: :mod:`.saving`);
+- ``save``: persist offsets, watchdog states and counters (250 runs a transaction, paced: :class:`.saving.Saver`);
 - ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable);
 - ``housekeeping`` (hourly): forget notifications delivered more than ``outbox_retention`` ago.
 
@@ -23,22 +23,24 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ..core.alerts import Action, Alert, Decision
 from ..core.errors import RLGuardError
 from ..rules.plan import RulePlan
 from ..rules.spec import load_packs
 from ..sources.layout import Discovery, Found
-from . import control, lifecycle, overdue, saving, selfstop, startup
+from . import control, lifecycle, overdue, selfstop, startup
 from .actions import stop_run
 from .budget import EvalBudget
 from .config import DaemonConfig
 from .fleet import Fleet
 from .labels import run_context, run_name_for
+from .lifecycle import Refusals, Retirements
 from .outgoing import Outgoing
 from .runs import RunMonitor, RunSnapshot
-from .store import Row, Store
+from .saving import Saver
+from .store import Store
 from .view import Changes, DaemonState, judge_health, record
 
 if TYPE_CHECKING:
@@ -61,10 +63,6 @@ class Daemon:
         self.dispatcher = dispatcher
         self.runs: dict[str, RunMonitor] = {}
         self.saved = self.store.load()
-        self.dropped_runs = 0
-        self._dropped: set[str] = set()  # runs refused at max_runs (tried again at every scan), logged once each
-        self.retired: dict[str, list] = {}  # run key -> its log's signature (see .lifecycle)
-        self.history_new = 0  # runs found already ended in this scan (see .lifecycle)
         self.finder = Discovery(cfg.watch)
         self.fleet = Fleet(cfg, clock, dispatcher)  # which runs are this shard's, their labels, handing them over
         self.names: dict[str, str] = {}  # run name -> key
@@ -77,6 +75,11 @@ class Daemon:
         self.outgoing = Outgoing(dispatcher)  # alerts queued for Slack, or held in memory on a full disk
         # what is wrong now, for /healthz: a full disk at start (watch anyway, say so, retry at every save)
         self.problems: dict[str, str] = {k: v for k, v in (self.outgoing.closed(), self.store.closed()) if v}
+        self.saver = Saver(self.store, self.runs, self.saved, self.problems, self.outgoing, self.fleet, dispatcher,
+                           clock, cfg.save_interval)
+        self.retirements = Retirements(self.runs, self.names, self.saved, self.store, self.outgoing, self.saver,
+                                       cfg.stall_after)  # runs retired (their slots freed), runs found ended
+        self.refusals = Refusals(self.problems, cfg.max_runs)  # runs found at max_runs, not watched
         self.host = socket.gethostname()
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
         self.last_poll = 0.0
@@ -93,11 +96,11 @@ class Daemon:
             self.fleet.begin_scan(self.clock())
             taken = 0
             for found in self.finder.scan():
-                if found.key in self.runs or lifecycle.still_retired(self, found):
+                if found.key in self.runs or self.retirements.still_retired(found):
                     continue
                 if self.fleet.place(found) == "mine":
                     taken += self._watch(found)
-            lifecycle.say_history(self)
+            self.retirements.say_history()
             self.runs_judged = judged(self.runs.values())  # (runs taken from a saved state were judged)
             if taken and self.dispatcher is not None:
                 self.dispatcher.save_state()  # the groups taken over, before anything is told
@@ -108,23 +111,14 @@ class Daemon:
     def _watch(self, found: Found) -> int:
         """Watch a run; 1 when its state was taken over from another shard."""
         own = self.saved.pop(found.key, None)
-        if own and own["info"].get("retired") and own["info"]["retired"] == lifecycle.signature(found.log):
-            self.retired[found.key] = own["info"]["retired"]  # retired before a restart, unchanged since
+        if self.retirements.kept(found, own):  # retired before a restart, unchanged since
             return 0
-        if len(self.runs) >= self.cfg.max_runs and not lifecycle.make_room(self, found):
+        if len(self.runs) >= self.cfg.max_runs and not self.retirements.make_room(found):
             if own is not None:
                 self.saved[found.key] = own
-            if found.key not in self._dropped:  # never silently: the log and /healthz say it
-                self._dropped.add(found.key)
-                self.dropped_runs += 1
-                log.warning("%s: not watched: max_runs (%d) reached; tried again when a slot frees",
-                            found.key, self.cfg.max_runs)
-                self._problem("runs", f"{len(self._dropped)} run(s) not watched: max_runs ({self.cfg.max_runs}) "
-                                      f"reached (the latest: {found.key})")
+            self.refusals.refuse(found.key)
             return 0
-        if found.key in self._dropped:
-            self._dropped.discard(found.key)
-            self._problem("runs", None if not self._dropped else self.problems.get("runs"))
+        self.refusals.taken(found.key)
         if own is not None:
             own["info"].update(retired=None)
         saved, group, adopted = self.fleet.claim(found, own)
@@ -142,9 +136,8 @@ class Daemon:
             mon, adopted = RunMonitor(found, name, self.plan, None, self.cfg.max_metrics_per_run, context,
                                       self.cfg.settle_after), False
         mon.found_at = self.clock()
-        if saved is None and lifecycle.history_found(mon, self.cfg.stall_after):
-            mon.info.history = True
-            self.history_new += 1
+        if saved is None:
+            self.retirements.found(mon)
         self.runs[found.key], self.names[name] = mon, found.key
         if adopted and self.dispatcher is not None:
             self.dispatcher.adopt_group(name, group)
@@ -163,7 +156,7 @@ class Daemon:
         problems = dict(self.problems)
         health = judge_health(problems, self.last_poll, self.last_progress, self.budget.passes > 0, self.clock(),
                               self.cfg.poll_interval)
-        return DaemonState(len(self.runs), len(self.retired), self.dropped_runs, self.last_poll, self.reloads,
+        return DaemonState(len(self.runs), len(self.retirements), self.refusals.count, self.last_poll, self.reloads,
                            self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health,
                            self.budget.last_pass, self.budget.waiting, self.runs_judged)
 
@@ -179,7 +172,7 @@ class Daemon:
                 self._notify([alert])
                 mon = self.runs[self.names[alert.run]]
         if alert is not None:
-            saving.save_slices(self, [mon], self.lock)
+            self.saver.save_slices([mon], self.lock)
         return code, answer
 
     def notification_stats(self) -> dict[str, int] | None:
@@ -226,9 +219,13 @@ class Daemon:
                 if alerts or (mon.never_saved and mon.tail_saved.get("count")):
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
-        saving.save_urgent(self, urgent, now)
-        with self.lock:  # counted again: runs retired, dropped or released since
-            self.runs_judged = judged(self.runs.values())
+        self.saver.save_slices(urgent, self.lock)  # (see .saving: a crash must not replay them)
+        with self.lock:  # before any message queued in this pass may leave
+            self._record(self.fleet.publish_queued(self.runs, self.names))
+            self.last_poll = now
+            if not self.budget.passes:  # the first pass: the handoff's shares count from its end
+                self.fleet.first_pass_done(self.clock())
+            self.runs_judged = judged(self.runs.values())  # counted again: runs retired, dropped or released since
         self.budget.finish(time.perf_counter() - started)
 
     def stall(self) -> None:
@@ -240,17 +237,17 @@ class Daemon:
                 alerts = promise + alerts
                 self._notify(alerts)
                 if why is not None:
-                    lifecycle.retire(self, key, why)
+                    self.retirements.retire(key, why)
             self._record(self.fleet.publish_queued(self.runs, self.names))
 
     def save(self, paced: bool = True) -> None:
-        saving.save(self, paced)
-
-    def save_rows(self, rows: Iterable[Row]) -> set[str] | None:
-        """Write store rows: the keys of those left out (kept to save again), None if none was."""
-        left_out, changes = self.store.save_rows(rows)
-        self._record(changes)
-        return left_out
+        """The periodic save (``paced``: yielding to the polls; not at exit): see :class:`.saving.Saver`."""
+        with self.lock:
+            if not self.saver.reopen():
+                return
+            self._record(startup.rewrite(self.problems, self.cfg.state_dir, self.control_token, self.address))
+            changed = [m for m in self.runs.values() if m.changed]
+        self.saver.save(changed, self.lock, self.closing if paced else None)
 
     def _record(self, changes: Changes) -> None:
         record(self.problems, changes)

@@ -175,7 +175,7 @@ class FileTail:
         st = self.state
         drained: list[LogRecord] = []
         if st.fresh:  # a run first seen now: its rotated predecessors come first
-            drained = read_predecessors(self, reader, out)
+            drained = self._delivered(read_predecessors(st.path, self.max_bytes, reader, out), out)
             st.reread = st.count > 0
         elif st.missing:
             out.events.append("restored")
@@ -183,10 +183,10 @@ class FileTail:
         elif info.st_size < st.offset:
             if st.inode is not None and info.st_ino != st.inode:
                 out.events.append("rotated")
-                drained = drain_rotated(self, reader, out)
+                drained = self._drain(reader, out)
             else:
                 out.events.append("truncated")
-                drained = drain_rotated(self, reader, out, copied=True)
+                drained = self._drain(reader, out, copied=True)
             self._restart(info.st_ino)
         return drained
 
@@ -201,13 +201,13 @@ class FileTail:
         if k and st.inode is not None and info.st_ino != st.inode \
                 and content_hash(read_at(fd, k, 0, info.st_size)) != st.head:
             out.events.append("rotated")
-            drained = drain_rotated(self, reader, out)
+            drained = self._drain(reader, out)
             self._restart(info.st_ino)
             st, k = self.state, 0
         data = read_at(fd, k + self._want(info.st_size - st.offset), st.offset - k, info.st_size)
         if k and content_hash(data[:k]) != st.anchor:
             out.events.append("rewritten in place" if info.st_ino == st.inode else "rotated")
-            drained = drain_rotated(self, reader, out, copied=info.st_ino == st.inode)
+            drained = self._drain(reader, out, copied=info.st_ino == st.inode)
             self._restart(info.st_ino)
             k = 0
             data = read_at(fd, self._want(info.st_size), 0, info.st_size)
@@ -286,6 +286,14 @@ class FileTail:
     def deliver(self, records: list[LogRecord], out: Poll, done: bool) -> list[LogRecord]:
         """Of ``records`` (read from the file followed now), those the stream has not judged."""
         return self.stream.deliver(self.state, records, out, done)
+
+    def _drain(self, reader: Reader, out: Poll, copied: bool = False) -> list[LogRecord]:
+        """What the log gained before it was rotated (:func:`.rotated.drain_rotated`), delivered."""
+        return self._delivered(drain_rotated(self.state, self.max_bytes, reader, out, copied), out)
+
+    def _delivered(self, records: list[LogRecord], out: Poll) -> list[LogRecord]:
+        """Records read from a rotated file (nothing more will come to it), through the stream."""
+        return self.deliver(records, out, done=True) if records else []
 
     def state_dict(self) -> dict:
         """A copy (what is saved must not change with the tail): its plain fields, and its two

@@ -11,13 +11,9 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from .listing import LISTINGS
 from .rundir import is_tb_file as is_tb
-
-if TYPE_CHECKING:
-    from .layout import Found
 
 _CHECKPOINT = re.compile(r"checkpoint-(\d+)$")
 TB_PREFIX = "events.out.tfevents."
@@ -87,14 +83,10 @@ def looks_hf(d: str, names: list[str]) -> bool:
     return any(os.path.isfile(os.path.join(c, "trainer_state.json")) for _, c in _checkpoints(d, names))
 
 
-def follow_target(found: Found, kind: str | None) -> str | None:
-    """What ``found`` should follow now (a newer checkpoint or TensorBoard file may have come)."""
-    if found.layout == "hf_output":
-        return hf_log(found.key, kind)
-    if found.layout == "tensorboard":
-        names = LISTINGS.names(found.key)
-        return None if names is None else newest_file([os.path.join(found.key, f) for f in names if is_tb(f)])
-    return found.log
+def newest_tb(d: str) -> str | None:
+    """The newest TensorBoard events file directly in ``d`` (a TensorBoard log dir), or None."""
+    names = LISTINGS.names(d)
+    return None if names is None else newest_file([os.path.join(d, f) for f in names if is_tb(f)])
 
 
 def log_kind(path: str) -> str:

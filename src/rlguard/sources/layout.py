@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import LogFormatError
-from .hf_output import TB_PREFIX, is_tb, looks_hf, newest_file, hf_log, hf_output_of
-from .hf_output import follow_target, log_kind  # noqa: F401 - importable from here, as before
+from .hf_output import TB_PREFIX, is_tb, looks_hf, newest_file, newest_tb, hf_log, hf_output_of
+from .hf_output import log_kind  # noqa: F401 - importable from here, as before
 
 #: file names that say nothing about the run: the run is named after the directory
 GENERIC = {"trainer_state", "metrics", "log", "train", "output", "stdout", "events", "history"}
@@ -54,6 +54,16 @@ class Found:
     #: the watched directory it was found under: nothing below it is reached through a link
     #: when the daemon writes into run_dir (see rlguard.stop.safefs)
     root: str = ""
+
+
+def follow_target(found: Found, kind: str | None) -> str | None:
+    """What ``found`` should follow now (a newer checkpoint or TensorBoard file may have come);
+    ``kind`` keeps an HF output dir on the kind of log it started with (see ``hf_log``)."""
+    if found.layout == "hf_output":
+        return hf_log(found.key, kind)
+    if found.layout == "tensorboard":
+        return newest_tb(found.key)
+    return found.log
 
 
 def run_name(path: str) -> str:
