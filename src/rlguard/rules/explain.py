@@ -5,8 +5,6 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-import yaml
-
 from .spec import Rule, RulePack
 from .vocab import Vocabulary
 
@@ -26,6 +24,8 @@ def similar_ids(packs: list[RulePack], rule_id: str) -> list[str]:
 
 def tests_of(rule_id: str, test_files: list[Path]) -> list[str]:
     """Names of the rule tests whose expectations or ``only:`` list name the rule."""
+    import yaml  # here: ``rlguard check`` imports this module and reads no YAML
+
     out = []
     for f in test_files:
         try:

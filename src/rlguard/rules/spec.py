@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..core.alerts import Action, Kind, Severity
 from ..detectors import DETECTORS
 from ..core.errors import RuleError
+from .cache import cached
 from .paths import DEFAULT_PACK
 from .text import render, rule_values
 from .yamlpos import Origin, error_location, load_yaml_with_positions, validate_located
@@ -55,7 +56,7 @@ class Guard(BaseModel):
     says what it could not check).
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     metric: str
     above: float | None = None
     below: float | None = None
@@ -75,7 +76,7 @@ class Guard(BaseModel):
 
 
 class CheckpointOnBest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     metric: str
     mode: Literal["max", "min"]
 
@@ -83,7 +84,7 @@ class CheckpointOnBest(BaseModel):
 class Rule(BaseModel):
     """One rule: what to watch, how to detect, and what to decide."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
     id: str
     kind: str = Field(description="what went wrong, in snake_case; rlguard's kinds or a pack's own")
     status: Literal["stable", "test", "experimental", "deprecated"] = Field(
@@ -208,7 +209,7 @@ class RulePack(BaseModel):
     included first) and the hint of each kind, which every rule of the kind that states no
     ``annotations.hint`` carries once loaded."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
     api_version: Literal["rlguard/v1"] = Field(alias="apiVersion")
     pack: str
     version: str
@@ -272,19 +273,19 @@ class RuleFile(BaseModel):
     """A file of rules that a pack includes: ``rules:`` and nothing else (the version, the hints
     and the checkpoint metrics are the including pack's)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     rules: list[Rule]
 
 
 class _RuleFileShape(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     rules: list[Any]
 
 
 class _Includes(BaseModel):
     """What a pack includes, checked before any included file is read."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", defer_build=True)
     include: list[str] = []
 
     @field_validator("include")
@@ -380,16 +381,15 @@ def _is_pack(path: Path) -> bool:
 
 
 def load_packs(paths: list[str | Path] | None = None, with_default: bool = False) -> list[RulePack]:
-    """The packs of ``paths`` (files or folders; none: the default pack). ``with_default``
-    puts the default pack first, and the packs given add to it (what ``--rules`` does on the
-    command line; ``--no-default-rules`` replaces it). A rule whose id an earlier pack already
-    defines replaces that rule (a team's tuned copy of a default rule); within one pack an id
-    is unique."""
+    """The packs of ``paths`` (files or folders; none: the default pack). ``with_default`` puts
+    the default pack first, and the packs given add to it (what ``--rules`` does on the command
+    line; ``--no-default-rules`` replaces it). A rule whose id an earlier pack already defines
+    replaces that rule (a team's tuned copy of a default rule); within one pack an id is unique."""
     files = rule_files(paths) if paths else []
     if with_default or not files:
         default = DEFAULT_PACK.resolve()
         files = [DEFAULT_PACK] + [f for f in files if Path(f).resolve() != default]
-    packs = [load_pack(p) for p in files]
+    packs = [cached(p, load_pack, lambda pack: pack.include) for p in files]  # the shipped pack: rules/cache.py
     owner: dict[str, int] = {}
     for i, pack in enumerate(packs):
         for rule in pack.rules:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .cache import cached
 from .paths import RULES_DIR
 from .yamlpos import load_model
 
@@ -20,13 +21,13 @@ DEFAULT_ALIASES = RULES_DIR / "aliases.yaml"
 
 
 class CanonicalEntry(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     description: str = Field(min_length=1)
     aliases: list[str] = Field(min_length=1)
 
 
 class AliasTable(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
     version: int = Field(ge=1, le=1)
     summary_markers: list[str] = []
     ignore: list[str] = []
@@ -52,7 +53,7 @@ def default_alias_table() -> AliasTable:
         sig = None
     hit = _shared.get("table")
     if hit is None or sig is None or hit[0] != sig:
-        hit = _shared["table"] = (sig, load_alias_table())
+        hit = _shared["table"] = (sig, cached(DEFAULT_ALIASES, load_alias_table))
     return hit[1]
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..core.errors import RuleError
+
+if TYPE_CHECKING:
+    import yaml
 
 
 def load_yaml_with_positions(path: str | Path) -> tuple[Any, yaml.Node | None]:
@@ -111,17 +113,17 @@ def _did_you_mean(name: str, known: set[str]) -> str:
     return f"; did you mean {close[0]!r}?" if close else ""
 
 
-#: libyaml's safe loader when PyYAML was built with it (10x faster on a 1,000-line pack; the
-#: same safe constructors and the same node marks), else the pure-Python one
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def parse_yaml_with_positions(text: str, name: str) -> tuple[Any, yaml.Node | None]:
+    import yaml  # here, not at the top: a check whose rule data comes from the cache reads no YAML
+
+    #: libyaml's safe loader when PyYAML was built with it (10x faster on a 1,000-line pack; the
+    #: same safe constructors and the same node marks), else the pure-Python one
+    safe_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
-        root = yaml.compose(text, Loader=_SafeLoader)
+        root = yaml.compose(text, Loader=safe_loader)
         if root is None:
             raise RuleError("empty file", path=name)
-        loader = _SafeLoader(text)
+        loader = safe_loader(text)
         try:
             data = loader.construct_document(root)
         finally:
@@ -158,6 +160,8 @@ def error_location(root: yaml.Node | None, loc: Sequence[Any]) -> tuple[int | No
 
 
 def _child(node: yaml.Node | None, key: Any) -> yaml.Node | None:
+    import yaml
+
     if isinstance(node, yaml.MappingNode):
         for k, v in node.value:
             if isinstance(k, yaml.ScalarNode) and k.value == str(key):
