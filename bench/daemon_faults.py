@@ -234,7 +234,7 @@ def replay_disagrees(tmp: Path, truth: dict[str, list[dict]]) -> tuple[set, set]
 
 def delivered_alerts(state: Path, received: list[tuple[float, dict]]):
     """Map each body Slack received to the outbox message it renders, and list its alerts."""
-    from rlguard.notify.blocks import render
+    from rlguard.notify.blocks import block_kit
     from rlguard.notify.message import Message
 
     db = sqlite3.connect(str(state / "outbox.sqlite3"))
@@ -243,7 +243,7 @@ def delivered_alerts(state: Path, received: list[tuple[float, dict]]):
         m = Message.from_dict(json.loads(payload))
         for dup in (False, True):
             m.possible_duplicate = dup
-            body = render(m)
+            body = block_kit(m)
             rendered[json.dumps([body["text"], body["blocks"][:-1]])] = (m.key, dup, m.alerts)
     pending = db.execute("SELECT COUNT(*) FROM outbox WHERE state = 'pending'").fetchone()[0]
     db.close()

@@ -10,7 +10,7 @@ equal), so alerts fire. After one poll, in the same process, alternated, ``--rep
 
 - baseline: :class:`~rlguard.daemon.exporter.RLGuardCollector` in a prometheus_client registry,
   ``generate_latest`` (families built with ``add_metric``, then the generic writer);
-- new: :func:`rlguard.daemon.exposition.render`, the text straight from the daemon's view (what
+- new: :func:`rlguard.daemon.exposition.metrics_text`, the text straight from the daemon's view (what
   ``/metrics`` serves).
 
 The two texts are compared byte for byte first (the bench stops if they differ). Reported: the
@@ -39,7 +39,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
 from rlguard.daemon.exporter import RLGuardCollector
-from rlguard.daemon.exposition import render
+from rlguard.daemon.exposition import metrics_text
 
 
 def build(root: Path, runs: int, steps: int, plain: bool = False) -> Daemon:
@@ -75,20 +75,20 @@ def cpu_per_render(fn, repeat: int) -> list[float]:
 
 
 def compare(label: str, d: Daemon, names: set[str] | None, repeat: int) -> None:
-    old, new = baseline(d, names), render(d, names)
+    old, new = baseline(d, names), metrics_text(d, names)
     if old != new:
         sys.exit(f"{label}: the render differs from generate_latest ({len(new)} vs {len(old)} bytes)")
     t_old: list[float] = []
     t_new: list[float] = []
     for _ in range(repeat):  # alternated: the same machine load for both
         t_old += cpu_per_render(lambda: baseline(d, names), 1)
-        t_new += cpu_per_render(lambda: render(d, names), 1)
+        t_new += cpu_per_render(lambda: metrics_text(d, names), 1)
     mo, mn = statistics.median(t_old), statistics.median(t_new)
     series = sum(1 for ln in new.splitlines() if not ln.startswith(b"#"))
     print(f"{label}: {len(new) / 1e6:.2f} MB, {series} series, identical bytes")
     print(f"  baseline (RLGuardCollector + generate_latest): median {mo * 1e3:.1f} ms CPU "
           f"(min {min(t_old) * 1e3:.1f}, max {max(t_old) * 1e3:.1f})")
-    print(f"  new (exposition.render from the view):       median {mn * 1e3:.1f} ms CPU "
+    print(f"  new (exposition.metrics_text from the view):       median {mn * 1e3:.1f} ms CPU "
           f"(min {min(t_new) * 1e3:.1f}, max {max(t_new) * 1e3:.1f})")
     print(f"  ratio baseline/new {mo / mn:.1f}x ({repeat} renders each, alternated)")
 

@@ -23,7 +23,7 @@ from rlguard.daemon.runs import RunSnapshot
 from rlguard.daemon.service import Daemon
 from rlguard.daemon.view import DaemonState, Health, ShardState
 from rlguard.daemon.exporter import DAEMON_FAMILIES, RUN_FAMILIES, RLGuardCollector
-from rlguard.daemon.exposition import escape, number, render
+from rlguard.daemon.exposition import escape, number, metrics_text
 from rlguard.daemon.http_api import serve
 
 HOSTILE = ['plain', 'quo"te', 'back\\slash', 'new\nline', 'ünïcode ✓ 日本', 'per%cent %s %(x)s %%', 'tab\tend ',
@@ -42,7 +42,7 @@ def reference(view, names=None) -> bytes:
 
 
 def assert_same(view, names=None) -> bytes:
-    new, old = render(view, names), reference(view, names)
+    new, old = metrics_text(view, names), reference(view, names)
     if new != old:  # the first differing line, not two megabytes
         pairs = zip(new.splitlines(), old.splitlines())
         first = next(((a, b) for a, b in pairs if a != b), (len(new), len(old)))
@@ -130,7 +130,7 @@ def odd_snapshot(i: int, rng: random.Random) -> RunSnapshot:
 
     latest = {name: [pick(), rng.choice([0, 7, 2**40, 10**6, -3])] for name in rng.sample(HOSTILE, 5)}
     latest["absent"] = [None, 3]
-    firing = [Alert(run=HOSTILE[i % len(HOSTILE)], rule=rule, kind=kind, severity=sev, action="warn", step=1,
+    firing = [Alert(run=HOSTILE[i % len(HOSTILE)], rule=rule, kind=kind, severity=sev, action="alert", step=1,
                     metric=metric, value=None, message="m")
               for rule, kind, sev, metric in ((HOSTILE[i % 11], "kind%s", "warning", "metric\"x"),
                                               ("RLG-X", HOSTILE[(i + 1) % 11], "critical", HOSTILE[(i + 2) % 11]))]

@@ -12,7 +12,7 @@ from rlguard.stop import incarnation
 from rlguard.daemon.config import DaemonConfig
 from rlguard.daemon.service import Daemon
 from rlguard.daemon.exporter import RLGuardCollector
-from rlguard.notify.blocks import render
+from rlguard.notify.blocks import block_kit
 from rlguard.notify.message import Message
 from rlguard.stop.request import take_stop_request
 
@@ -53,7 +53,7 @@ def test_stop_requested_then_stopped_when_the_run_writes_its_stop_record(tmp_pat
     d, sent = make(tmp_path, now, run_url_template="https://wandb.example/team/proj/{run}")
     d.poll()
     stop = next(a for a in sent if a.action == "stop")
-    text = json.dumps(render(Message(key="k", group_key="grpo", status="firing", alerts=[stop])))
+    text = json.dumps(block_kit(Message(key="k", group_key="grpo", status="firing", alerts=[stop])))
     assert "stop requested (RLGUARD_STOP written)" in text and "stopped;" not in text
     assert str(run) in text and socket.gethostname() in text and "https://wandb.example/team/proj/grpo" in text
     assert json.loads((run / "RLGUARD_STOP").read_text())["incarnation"] == live  # the run start it is for
@@ -64,7 +64,7 @@ def test_stop_requested_then_stopped_when_the_run_writes_its_stop_record(tmp_pat
     done = [a for a in sent if a.rule == "RLG-STOPPED"]
     assert len(done) == 1 and done[0].message.startswith("the run stopped at step 7 after rlguard's stop request")
     assert "checkpoint to keep: " + str(run / "checkpoint-1") in done[0].message
-    text = render(Message(key="k2", group_key="grpo", status="firing", alerts=[done[0]]))["text"]
+    text = block_kit(Message(key="k2", group_key="grpo", status="firing", alerts=[done[0]]))["text"]
     assert text.startswith("rlguard: [critical] run grpo: the run stopped at step 7 after rlguard's stop request (")
     assert "not finite" not in text and "the run continues" not in text
     assert stopped_gauge(d) == 1 and gauge(d, "rlguard_run_stop_ignored") == 0
@@ -89,7 +89,7 @@ def test_a_run_that_never_acknowledges_the_request_is_reported_apart(tmp_path):
                                       "(is the rlguard callback installed?)")
     assert not [a for a in sent if a.rule == "RLG-STOPPED"]
     assert stopped_gauge(d) == 0 and gauge(d, "rlguard_run_stop_ignored") == 1  # not counted as obeyed
-    text = render(Message(key="k", group_key="deaf", status="firing", alerts=[ignored]))["text"]
+    text = block_kit(Message(key="k", group_key="deaf", status="firing", alerts=[ignored]))["text"]
     assert "without acknowledging the stop request" in text and "the run continues" not in text
     assert not (run / "RLGUARD_STOP").exists()  # the request left with its run: archived, not deleted
     assert incarnation.archived(run)[-1]["outcome"] == "expired"
@@ -123,7 +123,7 @@ def test_no_stop_request_for_a_run_that_already_stopped_and_a_relaunch_is_watche
     d.poll()
     stop = next(a for a in sent if a.action == "stop")
     assert not (run / "RLGUARD_STOP").exists()
-    assert "no stop request: the run already stopped at step 5" in render(
+    assert "no stop request: the run already stopped at step 5" in block_kit(
         Message(key="k", group_key="selfstop", status="firing", alerts=[stop]))["text"]
     # an older request (mtime newer than nothing) is judged on contents: a late one for the first
     # run is not obeyed by the relaunch, which starts clean

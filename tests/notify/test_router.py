@@ -47,7 +47,7 @@ def test_group_wait_zero_sends_at_once():
 
 def test_new_alert_in_notified_group_waits_for_group_interval_and_says_what_is_new():
     """The later message lists what is new; what was announced and still fires is one line."""
-    from rlguard.notify.blocks import render
+    from rlguard.notify.blocks import block_kit
 
     r = router()
     r.route([make_alert(metric="loss")], now=0)
@@ -56,7 +56,7 @@ def test_new_alert_in_notified_group_waits_for_group_interval_and_says_what_is_n
     assert r.route([], now=WAIT + INTERVAL - 1) == []
     [m] = r.route([], now=WAIT + INTERVAL)
     assert [a.metric for a in m.alerts] == ["kl"] and [a.metric for a in m.still] == ["loss"] and m.repeat == 0
-    body = render(m)
+    body = block_kit(m)
     text = json.dumps(body)
     assert text.count("still firing, announced before") == 2  # the fallback text and one context line
     assert "nonfinite (loss, since step 10)" in body["text"] and "`loss`" not in text  # not listed again

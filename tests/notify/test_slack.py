@@ -10,7 +10,7 @@ import pytest
 from notify_helpers import FAST, make_alert
 
 from rlguard.notify import Message, SlackConfigError, SlackNotifier, redact
-from rlguard.notify.blocks import render
+from rlguard.notify.blocks import block_kit
 
 TOKEN = "xoxb-000111-SECRETTOKEN"
 
@@ -33,7 +33,7 @@ def test_webhook_posts_the_rendered_blocks(fake_slack):
     assert result.ok and result.error == "" and not result.permanent
     [req] = fake_slack.requests
     assert req.path == "/services/T000SECRET/B000SECRET/XXXXSECRETXXXX"
-    assert req.body["blocks"] == render(m)["blocks"] and req.body["text"] == render(m)["text"]
+    assert req.body["blocks"] == block_kit(m)["blocks"] and req.body["text"] == block_kit(m)["text"]
     assert req.body["unfurl_links"] is False and req.body["unfurl_media"] is False
 
 

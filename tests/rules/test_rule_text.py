@@ -17,7 +17,7 @@ import yaml
 from rlguard.core.errors import RuleError
 from rlguard.rules.paths import DEFAULT_PACK
 from rlguard.rules.spec import Rule, load_pack, load_packs, rule_files
-from rlguard.rules.text import render, rule_values
+from rlguard.rules.text import fill, rule_values
 
 BEFORE = json.loads((Path(__file__).parent.parent / "fixtures" / "default_pack_text.json").read_text())
 PARTS = sorted((DEFAULT_PACK.parent / "default").glob("*.yaml"))
@@ -133,7 +133,7 @@ def test_the_lint_finds_a_restated_number():
     ("below {guards.0.below}", rule_values({}, {}, [{"metric": "m", "below": -2.0}]), "below -2"),
 ])
 def test_placeholders_render(template, values, text):
-    assert render(template, values) == text
+    assert fill(template, values) == text
 
 
 @pytest.mark.parametrize("template,values,words", [
@@ -145,7 +145,7 @@ def test_placeholders_render(template, values, text):
 ])
 def test_placeholder_errors(template, values, words):
     with pytest.raises(ValueError, match=re.escape(words)):
-        render(template, values)
+        fill(template, values)
 
 
 # ---------------------------------------------------------------------- packs with hints and includes

@@ -97,7 +97,7 @@ def run_values(escaped: Sequence[str]) -> tuple[str, ...]:
     return (*(v.replace("%", "%%") for v in escaped), "%s")
 
 
-def render(view: DaemonView, names: set[str] | None = None) -> bytes:
+def metrics_text(view: DaemonView, names: set[str] | None = None) -> bytes:
     """The text format of what ``view`` exports (``names``: only the families named, as
     ``?name[]=`` asks; None: all)."""
     state = view.state()

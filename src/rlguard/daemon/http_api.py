@@ -25,7 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from .exposition import render
+from .exposition import metrics_text
 
 if TYPE_CHECKING:
     from .view import DaemonControl
@@ -53,7 +53,7 @@ def metrics(daemon: DaemonControl, path: str) -> bytes:
     """The text format, as generate_latest writes it for the exporter's collector, without its
     family objects (see .exposition)."""
     names = parse_qs(urlsplit(path).query).get("name[]")
-    return render(daemon, set(names) if names else None)
+    return metrics_text(daemon, set(names) if names else None)
 
 
 def health(daemon: DaemonControl) -> tuple[int, bytes]:

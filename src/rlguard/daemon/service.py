@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from ..core.alerts import Action, Alert, Decision
+from ..core.alerts import Action, Alert, Decision, Status
 from ..core.errors import RLGuardError
 from ..rules.plan import RulePlan
 from ..rules.spec import load_packs
@@ -290,7 +290,7 @@ class Daemon:
 
     # ------------------------------------------------------------------ actions
     def _notify(self, alerts: list[Alert]) -> None:
-        resolved = {a.run for a in alerts if a.status == "resolved"}  # (the log names what still fires)
+        resolved = {a.run for a in alerts if a.status == Status.RESOLVED}  # (the log names what still fires)
         mons = [self.runs.get(self.names.get(run, "")) for run in resolved]
         self.outgoing.log(alerts, [a for m in mons if m is not None for a in m.watchdog.firing()])
         if alerts and self.dispatcher is not None and not self.fleet.released:  # (released: other shards tell)

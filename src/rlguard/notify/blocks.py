@@ -373,7 +373,7 @@ def fallback_text(message: Message) -> str:
     return fit(text, MAX_TEXT)
 
 
-def render(message: Message) -> dict[str, Any]:
+def block_kit(message: Message) -> dict[str, Any]:
     """``{"text": ..., "blocks": [...]}`` for a webhook or ``chat.postMessage``."""
     if not message.alerts:
         raise ValueError(f"message {message.key} carries no alert")

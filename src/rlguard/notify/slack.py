@@ -20,7 +20,7 @@ from typing import Any
 
 from ..core.errors import InputError
 from .base import DeliveryResult, Notifier
-from .blocks import render
+from .blocks import block_kit
 from .message import Message
 from .redact import RedactingFilter, redact, url_secrets
 
@@ -188,7 +188,7 @@ class SlackNotifier(Notifier):
 
     def deliver(self, message: Message) -> DeliveryResult:
         try:
-            payload = render(message)
+            payload = block_kit(message)
         except Exception as exc:  # a message we cannot render will never render: give up on it
             return DeliveryResult(ok=False, permanent=True,
                                   error=self.redact(f"cannot render: {type(exc).__name__}: {exc}"))

@@ -39,9 +39,9 @@ def build_report(paths: list[str], out: str | Path, metrics: list[str] | None = 
             except PlotsUnavailable as exc:  # the core install: Markdown and JSON without plots
                 report["plots_note"] = str(exc)
         (out / "report.json").write_text(json.dumps(_clean(report), indent=2, allow_nan=False) + "\n")
-        from .markdown import render
+        from .markdown import markdown
 
-        (out / "report.md").write_text(render(report))
+        (out / "report.md").write_text(markdown(report))
     except OSError as exc:
         raise InputError(f"cannot write the report there: {exc.strerror or exc}", path=str(out),
                          field="--out") from None

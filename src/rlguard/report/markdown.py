@@ -5,7 +5,7 @@ from ..core.numfmt import fmt
 from .analysis import mode_words
 
 
-def render(rep: dict) -> str:
+def markdown(rep: dict) -> str:
     out = ["# rlguard report", ""]
     names = ", ".join(f"`{r['name']}`" for r in rep["runs"])
     out += [f"Runs: {names}. Watched metrics: {', '.join(rep['metrics']) or 'none found'}.", ""]

@@ -31,7 +31,7 @@ from ..detectors import DETECTORS
 from ..core.errors import RuleError
 from .cache import cached
 from .paths import DEFAULT_PACK
-from .text import render, rule_values
+from .text import fill, rule_values
 from .yamlpos import Origin, error_location, load_yaml_with_positions, validate_located
 
 _ID = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{2,79}$")
@@ -182,7 +182,7 @@ class Rule(BaseModel):
         values = rule_values(self.detector_params().model_dump(), fields,
                              [g.model_dump() for g in self.guards])
         try:
-            self.description = render(self.description, values)
+            self.description = fill(self.description, values)
         except ValueError as exc:
             raise ValueError(f"@description: {exc}") from None
         return self

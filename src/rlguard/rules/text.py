@@ -67,7 +67,7 @@ FORMATS: dict[str, Callable[[float], str]] = {"": number, "%": _percent, "e": _s
                                                "inv": _inverse}
 
 
-def render(template: str, values: dict[str, Any]) -> str:
+def fill(template: str, values: dict[str, Any]) -> str:
     """``template`` with each placeholder replaced by its value from ``values``; an unknown name,
     an unknown format, a value that is not a number or a lone brace raises ValueError."""
     def one(m: re.Match) -> str:
