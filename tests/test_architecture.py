@@ -45,7 +45,6 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"

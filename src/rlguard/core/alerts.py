@@ -139,8 +139,9 @@ class Alert:
     #: "value"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited": bool (a
     #: stronger alert of its kind fires in the incident)}; None outside any incident (info, resolved)
     incident: dict[str, Any] | None = None
-    #: set by the daemon on a stop alert (:mod:`rlguard.daemon.actions`), read by Slack
-    #: (:mod:`rlguard.notify.blocks`); None everywhere else (and then absent from :meth:`to_dict`)
+    #: what the daemon did about a stop alert (:func:`rlguard.daemon.actions.stop_run` returns it; the
+    #: daemon's copy for Slack carries it, :func:`dataclasses.replace`, the watchdog's alert never),
+    #: read by :mod:`rlguard.notify.blocks`; None everywhere else (and then absent from :meth:`to_dict`)
     stop: StopOutcome | None = None
 
     def __post_init__(self) -> None:  # the words of a dict or a test become the enums

@@ -21,13 +21,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("rlguard.daemon")
 
 
-def stop_run(mon: RunMonitor, decision: Decision, stop: StopConfig, now: float) -> None:
-    """Write ``RLGUARD_STOP`` (idempotent); on a new request, signal and run the command."""
+def stop_run(mon: RunMonitor, decision: Decision, stop: StopConfig, now: float) -> StopOutcome:
+    """Write ``RLGUARD_STOP`` (idempotent); on a new request, signal and run the command. Returns
+    what this decision did, for Slack to say beside the alert (never "stopped" before the run is
+    seen to stop): the alert itself is left as the watchdog built it."""
     written = mon.request_stop(decision, now)
-    if decision.alert is not None:  # what Slack says: never "stopped" before the run is seen to stop
-        decision.alert.stop = _outcome(mon, written)
+    outcome = _outcome(mon, written)
     if not written:
-        return
+        return outcome
     log.warning("[%s] stop requested: %s", mon.run, decision.reason)
     if stop.signal:
         _signal(mon, stop)
@@ -39,6 +40,7 @@ def stop_run(mon: RunMonitor, decision: Decision, stop: StopConfig, now: float) 
             subprocess.run(stop.command, env=env, timeout=stop.command_timeout, check=False)
         except (OSError, subprocess.TimeoutExpired) as exc:
             log.error("[%s] stop command failed: %s", mon.run, exc)
+    return outcome
 
 
 def _outcome(mon: RunMonitor, written: bool) -> StopOutcome:

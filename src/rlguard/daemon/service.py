@@ -23,9 +23,10 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..core.alerts import Action, Alert, Decision, Status
+from ..core.alerts import Action, Alert, Status
 from ..core.errors import RLGuardError
 from ..rules.plan import RulePlan
 from ..rules.spec import load_packs
@@ -207,8 +208,9 @@ class Daemon:
                     self.last_progress = self.clock()
                     continue
                 for d in decisions:
-                    if d.action is Action.STOP and d.alert is not None:
-                        self._stop(mon, d)
+                    if d.action is Action.STOP and d.alert is not None:  # Slack's copy says what was done
+                        outcome = stop_run(mon, d, self.cfg.stop, self.clock())
+                        alerts = [replace(a, stop=outcome) if a is d.alert else a for a in alerts]
                 stopped = mon.check_stopped(self.clock(), self.cfg.stopped_after, self.cfg.stop.patience)
                 if stopped is not None:
                     log.warning("[%s] %s", mon.run, stopped.message)
@@ -302,9 +304,6 @@ class Daemon:
         self._record(changes)
         if queued:  # publish at once: the window before a handoff record shows it stays tiny
             self._record(self.fleet.publish_queued(self.runs, self.names))
-
-    def _stop(self, mon: RunMonitor, decision: Decision) -> None:
-        stop_run(mon, decision, self.cfg.stop, self.clock())
 
     def reload_rules(self) -> bool:
         try:
