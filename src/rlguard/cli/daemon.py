@@ -45,6 +45,9 @@ def add_daemon(sub) -> None:
     d.add_argument("--path-template", metavar="TEMPLATE", help="team, user and run labels from run paths, e.g. "
                                                                "/runs/{team}/{user}/{run}")
     d.add_argument("--cluster", help="a cluster label on every run's alerts and series")
+    d.add_argument("--alertmanager-url", action="append", default=[], metavar="URL",
+                   help="post alerts to this Alertmanager (http://HOST:9093); repeatable: every one of an HA "
+                        "pair (replaces alertmanager.urls of --config)")
     d.add_argument("-v", "--verbose", action="store_true", help="log every watched file and event")
     d.set_defaults(func=cmd_daemon)
 
@@ -88,7 +91,8 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                                     "stall_after": args.stall_after, "eval_interval": args.eval_interval,
                                     "quiet_interval": args.quiet_interval, "eval_budget": args.eval_budget,
                                     "shard": args.shard, "handoff_dir": args.handoff_dir,
-                                    "path_template": args.path_template, "cluster": args.cluster})
+                                    "path_template": args.path_template, "cluster": args.cluster,
+                                    "alertmanager_url": args.alertmanager_url})
     if args.slack_webhook_url_file:
         cfg.slack.webhook_url_file = args.slack_webhook_url_file
     if not cfg.watch:

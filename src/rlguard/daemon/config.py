@@ -111,6 +111,38 @@ class SlackConfig(BaseModel):
         return self
 
 
+class AlertmanagerConfig(BaseModel):
+    """Alertmanager as the notification engine (:mod:`rlguard.daemon.amsync`): the alerts firing
+    are posted to every URL, re-posted while firing, posted resolved when they resolve."""
+
+    model_config = ConfigDict(extra="forbid")
+    urls: list[str] = Field(default_factory=list, description="every Alertmanager of the HA pair (or more), e.g. "
+                            "http://alertmanager-0:9093; they gossip and de-duplicate")
+    resend_interval: float = Field(60.0, gt=0, description="seconds between re-posts of what fires (endsAt: 4 x "
+                                   "this ahead); keep it above Alertmanager's group_wait")
+    resolved_retention: float = Field(900.0, gt=0, description="seconds a resolved alert is re-posted")
+    timeout: float = Field(10.0, gt=0, description="seconds per HTTP request")
+    token_file: str | None = Field(None, description="a bearer token (or RLGUARD_ALERTMANAGER_TOKEN)")
+    username: str | None = Field(None, description="basic auth, with password_file or RLGUARD_ALERTMANAGER_PASSWORD")
+    password_file: str | None = None
+    external_url: str | None = Field(None, description="this daemon's URL as people reach it, for generatorURL "
+                                     "(default: http://HOST:PORT where it listens)")
+
+    @field_validator("urls")
+    @classmethod
+    def _plain_urls(cls, v: list[str]) -> list[str]:
+        from urllib.parse import urlsplit
+
+        for url in v:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(f"an Alertmanager URL is http(s)://HOST[:PORT][/PATH]; got {url!r}")
+            if parts.username or parts.password or parts.query or parts.fragment:
+                raise ValueError("an Alertmanager URL takes no user, password, query or fragment (the credential "
+                                 "goes in token_file or username and password_file)")
+        return v
+
+
 class DaemonConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
     watch: list[str] = Field(default_factory=list, description="directories (searched for runs) or glob patterns")
@@ -151,6 +183,7 @@ class DaemonConfig(BaseModel):
     http_idle_timeout: float = Field(30.0, gt=0, description="seconds an idle HTTP connection to /metrics may stay open")
     stop: StopConfig = Field(default_factory=StopConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
     # a fleet: shards, labels from paths, handing runs over
     shard: str | None = Field(None, description="I/N: watch only the runs whose key hashes to I mod N "
                               "(or POD_NAME-I/N in a StatefulSet)")
@@ -205,11 +238,16 @@ def load_config(path: str | Path | None, overrides: dict) -> DaemonConfig:
     """The config file (errors name its line), then the flags over it (errors are one line:
     ``--flag: what is wrong``)."""
     base = load_model(path, DaemonConfig).model_dump(by_alias=True) if path else {}
+    overrides = dict(overrides)
+    am_urls = overrides.pop("alertmanager_url", None)  # --alertmanager-url: replaces alertmanager.urls
     base.update({k: v for k, v in overrides.items() if v not in (None, [], ())})
+    if am_urls:
+        base["alertmanager"] = {**base.get("alertmanager", {}), "urls": list(am_urls)}
     try:
         return DaemonConfig.model_validate(base)
     except ValidationError as exc:
         err = exc.errors()[0]
         flag = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "config"
+        flag = "--alertmanager-url" if tuple(err["loc"][:2]) == ("alertmanager", "urls") else flag
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise InputError(msg if msg.startswith(flag) else f"{flag}: {msg}") from None

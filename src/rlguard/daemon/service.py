@@ -8,7 +8,8 @@ Jobs (APScheduler 3.x, one thread each, never overlapping themselves):
 - ``stall``: a ``stall`` alert for runs with no new step for ``stall_after`` seconds;
 - ``save``: persist offsets, watchdog states and counters (250 runs a transaction, paced: :class:`.saving.Saver`);
 - ``notify``: deliver queued Slack messages (retries with backoff; the outbox is durable);
-- ``housekeeping`` (hourly): forget notifications delivered more than ``outbox_retention`` ago.
+- ``housekeeping`` (hourly): forget notifications delivered more than ``outbox_retention`` ago;
+- ``alertmanager`` (with ``alertmanager.urls``): post what fires to Alertmanager (:mod:`.amsync`).
 
 SIGTERM / SIGINT: save and exit 0. SIGHUP: reload the rules; a bad rule file keeps the old
 rules and says why.
@@ -33,6 +34,7 @@ from ..rules.spec import load_packs
 from ..sources.layout import Discovery, Found
 from . import control, lifecycle, overdue, selfstop, startup
 from .actions import stop_run
+from .amsync import AlertmanagerSync
 from .budget import EvalBudget
 from .config import DaemonConfig
 from .fleet import Fleet
@@ -83,6 +85,7 @@ class Daemon:
         self.refusals = Refusals(self.problems, cfg.max_runs)  # runs found at max_runs, not watched
         self.host = socket.gethostname()
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
+        self.alertmanager = AlertmanagerSync(cfg, self.lock, self.runs, self.fleet, self.problems, clock)  # (.amsync)
         self.last_poll = 0.0
         self.reloads = 0
         self.control_token: str | None = None  # set when the HTTP surface starts (run_forever)
@@ -254,10 +257,6 @@ class Daemon:
     def _record(self, changes: Changes) -> None:
         record(self.problems, changes)
 
-    def _problem(self, what: str, msg: str | None) -> None:
-        """What /healthz reports (and the log says, once per change)."""
-        record(self.problems, [(what, msg)])
-
     def notify(self) -> None:
         if self.dispatcher is None:
             return
@@ -270,7 +269,7 @@ class Daemon:
         except Exception as exc:  # noqa: BLE001 - the watcher must keep watching
             if not isinstance(exc, (OSError, sqlite3.Error)):  # (a full or read-only disk: no traceback)
                 log.exception("notification delivery failed; will retry")
-            self._problem("delivery", f"notifications failing: {exc}")
+            self._record([("delivery", f"notifications failing: {exc}")])
             return
         self._record(self.outgoing.delivered(counts, "queue" in self.problems))
 
@@ -295,6 +294,7 @@ class Daemon:
         resolved = {a.run for a in alerts if a.status == Status.RESOLVED}  # (the log names what still fires)
         mons = [self.runs.get(self.names.get(run, "")) for run in resolved]
         self.outgoing.log(alerts, [a for m in mons if m is not None for a in m.watchdog.firing()])
+        self.alertmanager.told(alerts)  # (kept in Alertmanager, with alertmanager.urls)
         if alerts and self.dispatcher is not None and not self.fleet.released:  # (released: other shards tell)
             self._submit(list(alerts))
 
@@ -334,7 +334,8 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: done.set())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
         # (built before /healthz answers: loading the scheduler must not widen the window before the first poll)
-        jobs = {"stall": self.stall, "save": self.save, "notify": self.notify, "housekeeping": self.housekeeping}
+        jobs = {"stall": self.stall, "save": self.save, "notify": self.notify, "housekeeping": self.housekeeping,
+                **self.alertmanager.jobs()}
         sched = startup.schedule(self.cfg, {"poll": lambda: self.budget.drain(self.poll, done), **jobs})
         try:
             server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout)

@@ -110,7 +110,8 @@ def schedule(cfg: DaemonConfig, jobs: dict[str, Callable[[], None]]) -> Backgrou
 
     sched = BackgroundScheduler(job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30})
     every = {"poll": cfg.poll_interval, "stall": min(30.0, cfg.stall_after / 2), "save": cfg.save_interval,
-             "notify": min(5.0, cfg.poll_interval * 2), "housekeeping": 3600}
+             "notify": min(5.0, cfg.poll_interval * 2), "housekeeping": 3600,
+             "alertmanager": min(5.0, cfg.poll_interval * 2, cfg.alertmanager.resend_interval)}
     for name, job in jobs.items():
         sched.add_job(job, "interval", seconds=every[name], id=name)
     Overruns({k: every[k] for k in jobs}).attach(sched)  # a job still running when due: said once per episode
