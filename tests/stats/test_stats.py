@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rlguard.stats import (EWStats, RollingMedian, RunningPeak, Streak, block_noise, block_noise_loop, ewm, mad_sigma, median,
-    median_rows, ranked, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, rolling_median, running_peak, streaks,
+from rlguard.stats import (EWStats, RollingMedian, RunningLow, RunningPeak, Streak, block_noise, block_noise_loop, ewm, mad_sigma, median,
+    median_rows, ranked, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, rolling_median, running_low, running_peak, streaks,
     upper_median_rows)
 
 
@@ -150,6 +150,38 @@ def test_running_peak_batch_equals_incremental_across_chunks():
         assert got_p == [p for p, _ in inc] and got_i == [i for _, i in inc], name
         assert got_p == np.maximum.accumulate(x).tolist()
         assert got_i == [int(np.argmax(x[: k + 1])) for k in range(len(x))]
+
+
+def test_running_low_with_steps_equals_incremental_and_extend_across_chunks():
+    """The lowest value so far and where it was (the rise rule's best, the spike surrogate's
+    low): batch (numpy's running minimum) and incremental give the same numbers chunk by
+    chunk, a tie keeps the earlier position, ``at`` records a step instead of an index, and
+    ``extend`` leaves the state of ``update`` value by value."""
+    for name, x in streams(12, 500):
+        steps = 1000 + 3 * np.arange(len(x))
+        rl = RunningLow()
+        inc = [rl.update(v, int(s)) for v, s in zip(x.tolist(), steps.tolist())]
+        low, pos, got_l, got_p = np.inf, -1, [], []
+        for ch, st in zip(np.array_split(x, [1, 2, 50, 51, 300]), np.array_split(steps, [1, 2, 50, 51, 300])):
+            l_, p_ = running_low(ch, low, pos, at=st)
+            got_l += l_.tolist()
+            got_p += p_.tolist()
+            if len(ch):
+                low, pos = float(l_[-1]), int(p_[-1])
+        assert got_l == [v for v, _ in inc] and got_p == [p for _, p in inc], name
+        assert got_l == np.minimum.accumulate(x).tolist()
+        assert got_p == [int(steps[np.argmin(x[: k + 1])]) for k in range(len(x))], name
+        ext = RunningLow()
+        ext.extend(x[:137].tolist())
+        ext.extend(x[137:].tolist())
+        one = RunningLow()
+        for v in x.tolist():
+            one.update(v)
+        assert (ext.low, ext.pos, ext.seen) == (one.low, one.pos, one.seen) == (x.min(), int(np.argmin(x)), len(x)), name
+    # a peak with steps: the position is the step of the first of equal highest values
+    peaks, at = running_peak(np.array([1.0, 3.0, 3.0, 2.0, 5.0]), 2.0, 7, at=np.array([10, 20, 30, 40, 50]))
+    assert peaks.tolist() == [2.0, 3.0, 3.0, 3.0, 5.0] and at.tolist() == [7, 20, 20, 20, 50]
+    assert running_low(np.empty(0), 1.0, 4, at=np.empty(0, dtype=np.int64))[1].tolist() == []
 
 
 def test_ewm_equals_the_recurrence_and_carries_state():

@@ -21,7 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from ..stats import median_rows, robust_sigma_of_diffs, rolling_median, upper_median, windows
-from ..stats import quantile_lerp, quantile_ranks, ranked, shared_rolling_median
+from ..stats import SMALL, quantile_lerp, quantile_ranks, ranked, shared_rolling_median  # noqa: F401 (SMALL re-exported)
 from ..core.numfmt import fmt  # noqa: F401 (re-exported: the detectors' messages use it)
 
 TRIGGERED, FINE, UNKNOWN = 1, 0, -1
@@ -131,10 +131,10 @@ class Detector(ABC):
 DETECTORS: dict[str, type[Detector]] = {}
 
 
-#: a chunk of at most this many records (a live run's) is judged sample by sample in plain
-#: floats by the detectors with such a path (numpy's per-call cost is most of the work on a few
-#: values); a longer one (a replay) by their vectorized path. Both give the same verdicts.
-SMALL = 16
+# SMALL (imported above: :data:`rlguard.stats.order.SMALL`, the one "live chunk" cut-off): a
+# chunk of at most this many records is judged sample by sample in plain floats by the
+# detectors with such a path, a longer one (a replay) by their vectorized path; both give the
+# same verdicts.
 
 
 def register(cls: type[Detector]) -> type[Detector]:

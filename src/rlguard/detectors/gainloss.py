@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from ..stats import MIN_BLOCKS, block_noise, median
+from ..stats import MIN_BLOCKS, RunningPeak, block_noise, median, running_peak
 from .base import SMALL, UNKNOWN, Chunk, Params, Scan, extend_tail, fmt, keep_tail, register, rolling
 from .level import Early, Rolling
 
@@ -83,11 +83,10 @@ class GainLoss(Rolling):
         level = rolling(hist, p.window, "mean", last=n - skip).tolist()  # (the full windows' means: the scan's)
         if self.start is None:
             self.start = level[0]
-        peak, peak_step = self.peak, self.peak_step
+        running = RunningPeak(self.peak, self.peak_step)
         for lv, step in zip(level, chunk.steps[skip:].tolist()):
-            if lv > peak:
-                peak, peak_step = lv, step
-        self.peak, self.peak_step = float(peak), int(peak_step)
+            running.update(lv, step)
+        self.peak, self.peak_step = float(running.peak), int(running.pos)
         return True
 
     def scan(self, chunk: Chunk) -> Scan:
@@ -108,10 +107,7 @@ class GainLoss(Rolling):
         if n <= SMALL:
             return self._scan_small(hist, chunk, level, first)
         cand = np.where(full, level, -np.inf)
-        acc = np.maximum.accumulate(np.concatenate([[self.peak], cand]))[1:]
-        idx = np.where(cand > np.concatenate([[self.peak], acc[:-1]]), np.arange(n), -1)
-        last = np.maximum.accumulate(idx)
-        pstep = np.where(last >= 0, chunk.steps[np.maximum(last, 0)], self.peak_step)
+        acc, pstep = running_peak(cand, self.peak, self.peak_step, at=chunk.steps)
         gain, fall = acc - self.start, acc - level
         material = gain >= p.min_rel_gain * np.maximum(abs(self.start), np.abs(acc))
         # the noise is needed only where the tests that do not read it pass (it is > 0, so a
@@ -137,12 +133,11 @@ class GainLoss(Rolling):
         the noise from :meth:`_sigmas`, as in the vectorized path)."""
         p, n = self.p, len(level)
         lv, steps = level.tolist(), chunk.steps.tolist()
-        start, peak, peak_step = self.start, self.peak, self.peak_step
+        start, running = self.start, RunningPeak(self.peak, self.peak_step)
         acc, pstep, gains, falls, material, want = [], [], [], [], [], []
         for j in range(n):
             full = first + j >= p.window - 1
-            if full and lv[j] > peak:
-                peak, peak_step = lv[j], steps[j]
+            peak, peak_step = running.update(lv[j] if full else -math.inf, steps[j])  # (the batch's candidate)
             gain, fall = peak - start, peak - lv[j]
             mat = gain >= p.min_rel_gain * max(abs(start), abs(peak))
             acc.append(peak), pstep.append(peak_step), gains.append(gain), falls.append(fall), material.append(mat)

@@ -16,7 +16,7 @@ import math
 import numpy as np
 from pydantic import Field
 
-from ..stats import sorted_unique, window_max
+from ..stats import RunningLow, running_low, sorted_unique, window_max
 from .base import FINE, SMALL, UNKNOWN, Chunk, Params, Scan, fmt, register, tail_list, upper_median, windows
 from .level import Rolling
 
@@ -266,20 +266,16 @@ class Rise(Rolling):
         n = len(level)
         if 0 < n <= SMALL:
             return self._scan_small(level, chunk, first)
-        acc = np.minimum.accumulate(np.concatenate([[self.best], level]))
-        best = acc[:-1]  # the best before this sample
-        idx = np.where(level < best, np.arange(n), -1)
-        last = np.maximum.accumulate(idx) if n else idx
-        prev = np.concatenate([[-1], last[:-1]]) if n else last
-        best_step = np.where(prev >= 0, chunk.steps[np.maximum(prev, 0)], self.best_step)
+        low, low_step = running_low(level, self.best, self.best_step, at=chunk.steps)
+        best = np.concatenate([[self.best], low])[:n]  # the best before this sample
+        best_step = np.concatenate([[self.best_step], low_step])[:n]
         lower = level - chunk.quantum / 2.0
         ratio = np.divide(lower, best, out=np.full(n, np.nan), where=best > 0)
         trig = (lower - best >= p.min_delta) & (np.where(best > 0, ratio, np.inf) >= p.min_factor)
         ok = (first + np.arange(n) >= p.min_history - 1) & np.isfinite(best) & (best > 0)
         verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         if n:
-            self.best = float(acc[-1])
-            self.best_step = int(chunk.steps[last[-1]]) if last[-1] >= 0 else self.best_step
+            self.best, self.best_step = float(low[-1]), int(low_step[-1])
         return Scan(verdict, ratio, best, best_step.astype(np.int64), level=level)
 
     def settle(self, values, lo, hi, quantum) -> int | None:
@@ -306,18 +302,18 @@ class Rise(Rolling):
         """:meth:`scan` of a live run's few records in plain floats: the same lowest level
         before each sample, the same ratios and tests."""
         p, half = self.p, chunk.quantum / 2.0
-        best, best_step = self.best, self.best_step
+        running = RunningLow(self.best, self.best_step)
         verdict, ratio, bests, steps_of = [], [], [], []
         for j, (x, step) in enumerate(zip(level.tolist(), chunk.steps.tolist())):
+            best, best_step = running.low, running.pos  # the best before this sample
             lower = x - half
             r = lower / best if best > 0 else math.nan
             trig = lower - best >= p.min_delta and (r if best > 0 else math.inf) >= p.min_factor
             ok = first + j >= p.min_history - 1 and math.isfinite(best) and best > 0
             verdict.append(int(trig) if ok else UNKNOWN)
             ratio.append(r), bests.append(best), steps_of.append(best_step)
-            if x < best:
-                best, best_step = x, step
-        self.best, self.best_step = best, best_step
+            running.update(x, step)
+        self.best, self.best_step = running.low, running.pos
         return Scan(np.array(verdict, dtype=np.int8), np.array(ratio), np.array(bests),
                     np.array(steps_of, dtype=np.int64), level=level)
 

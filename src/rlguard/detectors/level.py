@@ -17,7 +17,7 @@ import math
 import numpy as np
 from pydantic import Field
 
-from ..stats import lower_median, median
+from ..stats import RunningPeak, lower_median, median, running_peak
 from .base import (FINE, SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling,
     tail_list)
 from .simple import compare
@@ -42,11 +42,7 @@ class DropFromPeak(Detector):
         v, steps = chunk.values, chunk.steps
         if len(v) <= SMALL:  # a live run's few records: the same tests on plain floats
             return self._scan_small(v.tolist(), steps.tolist(), chunk.quantum / 2.0)
-        acc = np.maximum.accumulate(np.concatenate([[self.peak], v]))
-        run, before = acc[1:], acc[:-1]
-        idx = np.where(v > before, np.arange(len(v)), -1)  # strictly new peaks
-        last = np.maximum.accumulate(idx)
-        peak_step = np.where(last >= 0, steps[np.maximum(last, 0)], self.peak_step)
+        run, peak_step = running_peak(v, self.peak, self.peak_step, at=steps)
         upper = v + chunk.quantum / 2.0  # judge the largest value the print allows
         ratio = np.divide(upper, run, out=np.full(len(v), np.nan), where=run > 0)
         verdict = np.where(run > self.p.min_peak, (ratio <= self.p.max_ratio).astype(np.int8), UNKNOWN)
@@ -70,15 +66,14 @@ class DropFromPeak(Detector):
         """:meth:`scan` of a live run's few records in plain floats: the same running peak,
         ratios and tests."""
         p = self.p
-        peak, peak_step = self.peak, self.peak_step
+        running = RunningPeak(self.peak, self.peak_step)
         verdict, ratios, peaks, peak_steps = [], [], [], []
         for x, step in zip(values, steps):
-            if x > peak:  # a strictly new peak
-                peak, peak_step = x, step
+            peak, peak_step = running.update(x, step)
             ratio = (x + half) / peak if peak > 0 else math.nan  # the largest value the print allows
             verdict.append(int(ratio <= p.max_ratio) if peak > p.min_peak else UNKNOWN)
             ratios.append(ratio), peaks.append(peak), peak_steps.append(peak_step)
-        self.peak, self.peak_step = float(peak), int(peak_step)
+        self.peak, self.peak_step = float(running.peak), int(running.pos)
         return Scan(np.array(verdict, dtype=np.int8), np.array(ratios, dtype=float), np.array(peaks, dtype=float),
                     np.array(peak_steps, dtype=np.int64))
 
@@ -209,11 +204,7 @@ class Collapse(Rolling):
             screened = self._screened(chunk, level, cand, first)
             if screened is not None:
                 return screened
-        acc = np.maximum.accumulate(np.concatenate([[self.ref], cand]))
-        run, before = acc[1:], acc[:-1]
-        idx = np.where(cand > before, np.arange(n), -1)  # strictly new peaks
-        last = np.maximum.accumulate(idx) if n else idx
-        ref_step = np.where(last >= 0, chunk.steps[np.maximum(last, 0)], self.ref_step)
+        run, ref_step = running_peak(cand, self.ref, self.ref_step, at=chunk.steps)
         upper = level + chunk.quantum / 2.0
         ok = (pos >= p.min_history - 1) & (run > p.min_reference)
         if n:
@@ -291,7 +282,7 @@ class Collapse(Rolling):
         n = len(level)
         values, steps, half = chunk.values.tolist(), chunk.steps.tolist(), chunk.quantum / 2.0
         full = None  # the rolling median of ref_window at each sample, computed once if needed
-        ref, ref_step = self.ref, self.ref_step
+        running = RunningPeak(self.ref, self.ref_step)
         verdict, ratios, runs, ref_steps = [], [], [], []
         for j, lv in enumerate(level.tolist()):
             pos = first + j
@@ -305,8 +296,7 @@ class Collapse(Rolling):
                 if full is None:
                     full = rolling(hist, rw, "median", last=n)
                 cand = float(full[j])
-            if cand > ref:  # a strictly new peak
-                ref, ref_step = cand, steps[j]
+            ref, ref_step = running.update(cand, steps[j])
             ratio = (lv + half) / ref if ref > 0 else np.nan
             ok = pos >= p.min_history - 1 and ref > p.min_reference
             trig = bool(ratio <= p.max_ratio)
@@ -318,7 +308,7 @@ class Collapse(Rolling):
             ratios.append(ratio)
             runs.append(ref)
             ref_steps.append(ref_step)
-        self.ref, self.ref_step = float(ref), int(ref_step)
+        self.ref, self.ref_step = float(running.peak), int(running.pos)
         return Scan(np.array(verdict, dtype=np.int8), np.array(ratios, dtype=float), np.array(runs, dtype=float),
                     np.array(ref_steps, dtype=np.int64), level=level)
 

@@ -6,7 +6,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from .base import (FINE, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling,
+from .base import (FINE, SMALL, TRIGGERED, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, register, rolling,
     tail_list)
 
 
@@ -55,7 +55,7 @@ def compare(level: np.ndarray, quantum: float, above: float | None, below: float
     """Tri-state comparison that respects printed resolution: a printed 0.000 (quantum 0.001)
     is only 'definitely below 1e-6' if 0.0005 is; otherwise there is no opinion."""
     half = quantum / 2.0
-    if len(level) <= 8:  # a live run's chunk: plain floats cost less than numpy's calls
+    if len(level) <= SMALL:  # a live run's chunk: plain floats cost less than numpy's calls
         return np.array([compare_one(x, half, above, below) for x in level.tolist()], dtype=np.int8)
     if above is not None:
         yes, no = level - half > above, level + half <= above

@@ -12,13 +12,14 @@ logs several times cheaper.
 """
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import Field
 
-from ..stats import (MAD_TO_SIGMA, median, median_mad, median_mad_rows, sorted_finite, sorted_mad, sorted_median, sorted_quantile,
-    sorted_unique, window_max)
+from ..stats import (MAD_TO_SIGMA, RunningLow, median, median_mad, median_mad_rows, running_low, sorted_finite, sorted_mad,
+    sorted_median, sorted_quantile, sorted_unique, window_max)
 from .base import (FINE, SMALL, UNKNOWN, Chunk, Detector, Params, Scan, extend_tail, fmt, keep_tail, least_magnitude, nanmax,
     quantile_rows, register, tail_list, windows)
 
@@ -79,31 +80,17 @@ class Spike(Detector):
         have = np.minimum(start, p.window)
         spread_needed = self._spread_needed(vmin)
         med, mad, top, sd = self._baseline(hist, start, local, have, chunk.values, chunk.quantum, spread_needed)
-        ok = have >= p.min_history
-        spread = MAD_TO_SIGMA * mad
+        neg = False
         if p.surrogate == "deciles":
-            low = np.minimum.accumulate(np.concatenate([[self.low], chunk.values]))[1:]
-            spread = np.where(low < 0, np.maximum(spread, sd), spread)
+            low = running_low(chunk.values, self.low)[0]
+            neg = low < 0
             self.low = float(low[-1]) if n else self.low
-        scale = np.maximum(np.maximum(spread, p.rel_floor * np.abs(med)), max(chunk.quantum, 1e-12))
-        z = (chunk.values - med) / scale
-        if p.direction == "up":
-            trig = z >= p.z
-        elif p.direction == "down":
-            trig = -z >= p.z
-        else:
-            trig = np.abs(z) >= p.z
-        if p.min_ratio is not None:
-            trig &= chunk.values >= p.min_ratio * np.abs(med)
-            if p.long_window is not None:  # only where the rule would trigger
-                for j in np.flatnonzero(trig):
-                    usual = median(hist[max(0, local[j] - p.long_window): max(local[j], 1)])
-                    trig[j] = chunk.values[j] >= p.min_ratio * abs(float(usual))
-        if p.min_abs_delta:
-            trig &= np.abs(chunk.values - med) >= p.min_abs_delta
-        if p.over_max is not None:
-            trig &= chunk.values >= p.over_max * top
-        verdict = np.where(ok, trig.astype(np.int8), UNKNOWN).astype(np.int8)
+        z, trig = self._decide(_ARRAYS, chunk.values, med, mad, top, sd, neg, max(chunk.quantum, 1e-12))
+        if p.min_ratio is not None and p.long_window is not None:  # only where the rule would trigger
+            for j in np.flatnonzero(trig):
+                usual = median(hist[max(0, local[j] - p.long_window): max(local[j], 1)])
+                trig[j] = self._above_usual(chunk.values[j], usual)
+        verdict = np.where(have >= p.min_history, trig.astype(np.int8), UNKNOWN).astype(np.int8)
         self.seen += n
         self.tail = keep_tail(hist, self._keep())
         return Scan(verdict, z, med)
@@ -125,10 +112,9 @@ class Spike(Detector):
 
     def _advance(self, values: np.ndarray) -> None:
         if self.p.surrogate == "deciles":
-            low = self.low
-            for v in values.tolist():
-                low = v if v < low else low
-            self.low = low
+            running = RunningLow(self.low)
+            running.extend(values.tolist())
+            self.low = running.low
         self.seen += len(values)
         self.tail = keep_tail(extend_tail(self.tail, values), self._keep())
         self._block = None
@@ -165,41 +151,60 @@ class Spike(Detector):
         n = len(chunk.values)
         seen, off = self.seen, len(hist) - n
         floor = max(chunk.quantum, 1e-12)
-        c, low, usual = self._block, self.low, None  # usual: (block, the long window's median)
+        c, usual = self._block, None  # usual: (block, the long window's median)
+        running = RunningLow(self.low)
         verdict, zs, meds = [], [], []
         for j, v in enumerate(chunk.values.tolist()):
             a = seen + j
             start = a - a % p.refresh  # the block's baseline ends before this sample
-            if p.surrogate == "deciles":
-                low = v if v < low else low
-            if c is None or c[0] != start or (c[4] is None and low < 0):
-                c = self._block = self._block_baseline(hist, start, start - seen + off, low < 0)
+            neg = p.surrogate == "deciles" and running.update(v)[0] < 0
+            if c is None or c[0] != start or (c[4] is None and neg):
+                c = self._block = self._block_baseline(hist, start, start - seen + off, neg)
             _, med, mad, top, sd = c
-            spread = MAD_TO_SIGMA * mad
-            if p.surrogate == "deciles":
-                spread = nanmax(spread, sd) if low < 0 else spread
-            scale = nanmax(nanmax(spread, p.rel_floor * abs(med)), floor)
-            z = (v - med) / scale
-            trig = z >= p.z if p.direction == "up" else -z >= p.z if p.direction == "down" else abs(z) >= p.z
-            if p.min_ratio is not None:
-                trig = trig and v >= p.min_ratio * abs(med)
-                if trig and p.long_window is not None:
-                    if usual is None or usual[0] != start:
-                        local = start - seen + off
-                        usual = (start, median(hist[max(0, local - p.long_window): max(local, 1)]))
-                    trig = v >= p.min_ratio * abs(float(usual[1]))
-            if p.min_abs_delta:
-                trig = trig and abs(v - med) >= p.min_abs_delta
-            if p.over_max is not None:
-                trig = trig and v >= p.over_max * top
+            z, trig = self._decide(_FLOATS, v, med, mad, top, 0.0 if sd is None else sd, neg, floor)
+            if trig and p.min_ratio is not None and p.long_window is not None:
+                if usual is None or usual[0] != start:
+                    local = start - seen + off
+                    usual = (start, median(hist[max(0, local - p.long_window): max(local, 1)]))
+                trig = self._above_usual(v, usual[1])
             verdict.append(int(trig) if min(start, p.window) >= p.min_history else UNKNOWN)
             zs.append(z)
             meds.append(med)
         if p.surrogate == "deciles":
-            self.low = low
+            self.low = running.low
         self.seen += n
         self.tail = keep_tail(hist, self._keep())
         return Scan(np.array(verdict, dtype=np.int8), np.array(zs, dtype=float), np.array(meds, dtype=float))
+
+    def _decide(self, ops: _Ops, v, med, mad, top, sd, neg, floor):
+        """The decision, written once for both paths: the z-score of ``v`` against the block's
+        median ``med`` in units of its noise (the MAD as a sigma, with a ``deciles`` surrogate
+        the decile spread ``sd`` too once the loss went negative, ``neg``; floored by
+        ``rel_floor`` of the level and the print's resolution ``floor``), and whether it
+        triggers (the direction's test, then ``min_ratio``, ``min_abs_delta``, ``over_max``;
+        ``long_window`` is the caller's, read only where this says yes). Arrays (a replay's
+        chunk, ``ops`` numpy's) or plain floats (a live run's record, ``ops`` the float
+        forms), the same operations on the same doubles: ``&`` of booleans and ``abs`` are
+        both types' own."""
+        p = self.p
+        spread = MAD_TO_SIGMA * mad
+        if p.surrogate == "deciles":
+            spread = ops.where(neg, ops.maximum(spread, sd), spread)
+        scale = ops.maximum(ops.maximum(spread, p.rel_floor * abs(med)), floor)
+        z = (v - med) / scale
+        trig = z >= p.z if p.direction == "up" else -z >= p.z if p.direction == "down" else abs(z) >= p.z
+        if p.min_ratio is not None:
+            trig = trig & (v >= p.min_ratio * abs(med))
+        if p.min_abs_delta:
+            trig = trig & (abs(v - med) >= p.min_abs_delta)
+        if p.over_max is not None:
+            trig = trig & (v >= p.over_max * top)
+        return z, trig
+
+    def _above_usual(self, v: float, usual: float) -> bool:
+        """``long_window``'s test of a would-be spike: ``v`` at least ``min_ratio`` times the
+        median of the ``long_window`` samples before its block (``usual``)."""
+        return v >= self.p.min_ratio * abs(float(usual))
 
     def _block_baseline(self, hist: np.ndarray, start: int, local: int, spread_needed: bool = True) -> tuple:
         """(start, median, MAD, max, decile spread) of the window before the block starting at
@@ -346,6 +351,17 @@ class Spike(Detector):
         self.tail, self.seen = list(s.get("tail", [])), int(s.get("seen", 0))
         self.low = np.inf if s.get("low") is None else float(s["low"])
         self._block = None
+
+
+class _Ops(NamedTuple):
+    """The two operations :meth:`Spike._decide` spells differently for arrays and for floats."""
+
+    maximum: Callable  # NaN if either is NaN
+    where: Callable  # (condition, if true, if false)
+
+
+_ARRAYS = _Ops(np.maximum, np.where)
+_FLOATS = _Ops(nanmax, lambda c, a, b: a if c else b)
 
 
 def _deciles(view: np.ndarray) -> np.ndarray:

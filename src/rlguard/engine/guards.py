@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..rules.spec import Guard
-from ..stats import mad_sigma, median
+from ..stats import SMALL, mad_sigma, median
 
 
 def as_of(seq: np.ndarray, src_seq: np.ndarray, src_vals: np.ndarray,
@@ -85,8 +85,9 @@ def guard_mask(guards: list[Guard], mode: str, seq: np.ndarray,
     return np.logical_and.reduce(masks) if mode == "all" else np.logical_or.reduce(masks)
 
 
-#: a live run's chunk: up to this many samples have their guards judged in plain floats
-_SMALL_GUARD = 16
+#: a live run's chunk: up to this many samples have their guards judged in plain floats (the
+#: one live-chunk cut-off, :data:`rlguard.stats.order.SMALL`)
+_SMALL_GUARD = SMALL
 
 
 def _guard_mask_small(guards: list[Guard], mode: str, seq: np.ndarray,

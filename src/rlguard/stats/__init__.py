@@ -10,7 +10,7 @@ better. Detectors read these; the thresholds and decisions stay in ``rlguard.det
 - :mod:`.robust`: robust noise, 1.4826 x MAD (of values, of differences, of block means), an
   evaluation's noise, and the spread of past two-segment shifts.
 - :mod:`.split`: the l2-optimal single split of a segment (what ruptures' KernelCPD gives).
-- :mod:`.running`: running peak / best with its position, EWMA and EW variance, streaks.
+- :mod:`.running`: running peak / lowest value with its position, EWMA and EW variance, streaks.
 - :mod:`.shared`: one evaluation's statistics, computed once and read by every rule that asks
   for the same one (keyed by the exact input, so sharing changes no number).
 
@@ -29,19 +29,20 @@ by ``bench/river_compare.py`` (river 0.26.1, 100,000 Student-t values, window 30
 - it would bring a compiled dependency, with pandas and scipy, into a monitor core that
   keeps to numpy, pydantic and PyYAML.
 """
-from .order import (RollingMedian, lower_median, median, median_rows, quantile_lerp, quantile_ranks, ranked, rolling_median,
+from .order import (SMALL, RollingMedian, lower_median, median, median_rows, quantile_lerp, quantile_ranks, ranked, rolling_median,
     sorted_finite, sorted_mad, sorted_median, sorted_quantile, sorted_unique, upper_median, upper_median_rows,
     window_max, windows)
 from .robust import (MAD_TO_SIGMA, MIN_BLOCKS, block_noise, block_noise_loop, eval_noise, mad_sigma, median_mad, median_mad_rows,
     past_shifts_sd, robust_sigma_of_diffs, robust_sigma_of_diffs_rows, trailing_mean_se, latest_finite)
-from .running import EWStats, RunningPeak, Streak, ewm, running_peak, streaks
+from .running import EWStats, RunningLow, RunningPeak, Streak, ewm, running_low, running_peak, streaks
 from .shared import shared_rolling_median, sharing
 from .split import best_split_l2
 
-__all__ = ["RollingMedian", "lower_median", "median", "median_rows", "quantile_lerp", "quantile_ranks", "ranked", "rolling_median",
+__all__ = ["SMALL", "RollingMedian", "lower_median", "median", "median_rows", "quantile_lerp", "quantile_ranks", "ranked", "rolling_median",
            "sorted_finite", "sorted_mad", "sorted_median", "sorted_quantile", "sorted_unique", "upper_median",
            "upper_median_rows", "window_max", "windows",
            "MAD_TO_SIGMA", "MIN_BLOCKS", "block_noise", "block_noise_loop", "eval_noise", "mad_sigma", "median_mad",
            "median_mad_rows", "past_shifts_sd", "robust_sigma_of_diffs", "robust_sigma_of_diffs_rows",
-           "trailing_mean_se", "latest_finite", "best_split_l2", "EWStats", "RunningPeak", "Streak", "ewm", "running_peak", "streaks",
+           "trailing_mean_se", "latest_finite", "best_split_l2", "EWStats", "RunningLow", "RunningPeak", "Streak", "ewm", "running_low", "running_peak",
+           "streaks",
            "shared_rolling_median", "sharing"]

@@ -23,6 +23,21 @@ import numpy as np
 
 #: largest window sent through the selection network (beyond it, one sort is cheaper)
 NETWORK_MAX = 16
+#: fewer rows than this go through one partition even for a small window: the network's
+#: dozens of per-column numpy calls cost more than the partition of a few rows
+NETWORK_MIN_ROWS = 64
+
+#: a live run's chunk: at most this many records (a daemon's poll, the in-loop guard's step)
+#: take the plain-float path where code has one (the rolling median here, the detectors'
+#: scans and :func:`rlguard.detectors.simple.compare`, a rule's guards), a longer one (a
+#: replay) numpy's: on a few values numpy's per-call cost (a few microseconds) is most of the
+#: work. One cut-off for all of them (the detectors read it as ``detectors.base.SMALL``);
+#: both paths give the same numbers, so it moves cost only.
+SMALL = 16
+#: ... and, in such a chunk, windows up to this wide are slid as a sorted plain list (an
+#: insertion and a removal a position, linear in the width); wider ones go through numpy. A
+#: window's width, not a chunk's length: a different cut-off
+SMALL_W = 64
 
 #: up to this many values a row, numpy's sort of the rows beats ``np.partition``: numpy 2.4's
 #: vectorised sort took 0.7-0.8x of a partition at one rank and 0.13-0.25x at two (an even
@@ -230,7 +245,7 @@ def upper_median_rows(view: np.ndarray) -> np.ndarray:
     k = w // 2
     if w == 1:
         return view[:, 0].copy()
-    if w > NETWORK_MAX or rows < 64:
+    if w > NETWORK_MAX or rows < NETWORK_MIN_ROWS:
         return ranked(view, k, axis=1)[:, k]
     cols = [view[:, c] for c in range(w)]
     for kind, i, j, lo, hi in _selection_network(w, k):
@@ -265,7 +280,7 @@ def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray
     x = np.asarray(x, dtype=float)
     n = len(x)
     last = n if last is None else min(last, n)
-    if last <= SMALL_LAST and w <= SMALL_W:
+    if last <= SMALL and w <= SMALL_W:
         got = _rolling_median_small(x, w, last)
         if got is not None:
             return got
@@ -279,11 +294,6 @@ def rolling_median(x: np.ndarray, w: int, last: int | None = None) -> np.ndarray
         lo = start + j - w + 1
         out[j:] = upper_median_rows(windows(x[lo:], w))
     return out
-
-
-#: a live run's chunk: up to this many positions, windows up to this wide, are sorted as plain
-#: lists (numpy's per-call cost, a few microseconds, is most of the work on a few windows)
-SMALL_LAST, SMALL_W = 16, 64
 
 
 def _rolling_median_small(x: np.ndarray, w: int, last: int) -> np.ndarray | None:
