@@ -30,7 +30,7 @@ def stop_run(mon: RunMonitor, decision: Decision, stop: StopConfig, now: float) 
     if not written:
         return outcome
     log.warning("[%s] stop requested: %s", mon.run, decision.reason)
-    if stop.signal:
+    if stop.signal and mon.found.run_dir:  # (a pushed run: no PID file on this machine)
         _signal(mon, stop)
     if stop.command:
         env = dict(clean_env(), RLGUARD_RUN=mon.run, RLGUARD_RUN_DIR=str(mon.run_dir),

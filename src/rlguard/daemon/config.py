@@ -48,6 +48,20 @@ class StopConfig(BaseModel):
         return v
 
 
+class OtlpConfig(BaseModel):
+    """``POST /v1/logs``: log lines forwarded over OTLP/HTTP by an OpenTelemetry Collector, for
+    runs whose logs are on other nodes (see rlguard.daemon.otlp and .pushed)."""
+
+    model_config = ConfigDict(extra="forbid")
+    open: bool = Field(False, description="accept records without the control token (only where nothing "
+                       "but the collector can reach the daemon's port)")
+    max_body: int = Field(8 << 20, ge=1024, description="bytes of one request, compressed and decompressed (413 past it)")
+    max_line: int = Field(1 << 20, ge=64, description="bytes of one line (the collector's max_log_size); longer "
+                          "lines are rejected and counted")
+    max_pending: int = Field(100_000, ge=100, description="lines of one run waiting for the next poll; more are "
+                             "rejected and counted (partialSuccess)")
+
+
 class SlackReceiver(BaseModel):
     """A named Slack destination for routes: its own webhook (a file), or a channel posted to
     with the default bot token."""
@@ -183,6 +197,7 @@ class DaemonConfig(BaseModel):
     http_idle_timeout: float = Field(30.0, gt=0, description="seconds an idle HTTP connection to /metrics may stay open")
     stop: StopConfig = Field(default_factory=StopConfig)
     slack: SlackConfig = Field(default_factory=SlackConfig)
+    otlp: OtlpConfig = Field(default_factory=OtlpConfig)
     alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
     # a fleet: shards, labels from paths, handing runs over
     shard: str | None = Field(None, description="I/N: watch only the runs whose key hashes to I mod N "

@@ -8,7 +8,12 @@
 - ``GET /status``: what ``rlguard status`` shows (:func:`rlguard.daemon.control.status`); beyond
   this machine it needs the control token, as ``POST /stop`` does;
 - ``POST /stop`` ``{"run", "reason"}`` with ``Authorization: Bearer <token>``: a person's stop
-  request (the token is ``control.token`` in the daemon's state dir, readable by its owner only).
+  request (the token is ``control.token`` in the daemon's state dir, readable by its owner only);
+- ``POST /v1/logs``: OTLP/HTTP logs (protobuf or JSON) forwarded by an OpenTelemetry Collector
+  for runs whose logs are on other nodes (:mod:`.otlp`, :mod:`.pushed`), with the token unless
+  ``otlp.open``;
+- ``GET /runs/<run>/stop?incarnation=ID`` with the token: such a run's pending stop request,
+  fetched by its callback (``RLGuardCallback(daemon_url=...)``).
 
 The handler reads the daemon only through :class:`~rlguard.daemon.view.DaemonControl`.
 """
@@ -21,13 +26,15 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from .exposition import metrics_text
+from .otlp import OtlpError, OtlpLimits, answer, decode, inflate, media_type
 
 if TYPE_CHECKING:
+    from .config import OtlpConfig
     from .view import DaemonControl
 
 LOCAL = ("127.0.0.1", "localhost", "::1")
@@ -37,12 +44,14 @@ log = logging.getLogger("rlguard.daemon")
 
 
 def serve(daemon: DaemonControl, host: str = "127.0.0.1", port: int = 9108,
-          idle_timeout: float = 30.0) -> ThreadingHTTPServer:
-    """Serve ``/metrics``, ``/healthz``, ``/status`` and ``POST /stop`` in a background thread;
-    ``.shutdown()`` stops it."""
+          idle_timeout: float = 30.0, otlp: OtlpConfig | None = None) -> ThreadingHTTPServer:
+    """Serve ``/metrics``, ``/healthz``, ``/status``, ``POST /stop``, ``POST /v1/logs`` and
+    ``GET /runs/<run>/stop`` in a background thread; ``.shutdown()`` stops it."""
     # /status lists run dirs and alert texts: beyond this machine (the chart's 0.0.0.0) it needs
     # the control token, as POST /stop does
+    limits = OtlpLimits(otlp.max_body, otlp.max_line) if otlp is not None else OtlpLimits()
     handler = type("Handler", (Handler,), {"daemon": daemon, "status_open": host in LOCAL,
+                                           "otlp_open": bool(otlp and otlp.open), "limits": limits,
                                            "timeout": idle_timeout})  # an idle connection frees its thread
     server = Server((host, port), handler)
     threading.Thread(target=server.serve_forever, name="rlguard-exporter", daemon=True).start()
@@ -67,6 +76,8 @@ def health(daemon: DaemonControl) -> tuple[int, bytes]:
 class Handler(BaseHTTPRequestHandler):
     daemon: DaemonControl  # set by serve() on a subclass
     status_open: bool = False  # /status without the token (the daemon listens on this machine only)
+    otlp_open: bool = False  # POST /v1/logs without the token (otlp.open)
+    limits: OtlpLimits = OtlpLimits()
 
     def _authorised(self) -> bool:
         token = self.daemon.control_token
@@ -83,14 +94,18 @@ class Handler(BaseHTTPRequestHandler):
             body, ctype, code = TOKEN_REQUIRED, "application/json", 403
         elif route == "/status":
             body, ctype, code = json.dumps(self.daemon.status(), allow_nan=False).encode(), "application/json", 200
+        elif route.startswith("/runs/") and route.endswith("/stop"):
+            return self._held_stop(route)
         else:
             body, ctype, code = b"not found: try /metrics, /healthz or /status\n", "text/plain", 404
         self._reply(code, ctype, body)
 
     def do_POST(self):  # noqa: N802
-        """``/stop`` {"run", "reason"} with ``Authorization: Bearer <token>``."""
+        """``/stop`` {"run", "reason"} with ``Authorization: Bearer <token>``; ``/v1/logs`` (OTLP)."""
+        if self.path.split("?")[0] == "/v1/logs":
+            return self._logs()
         if self.path.split("?")[0] != "/stop":
-            return self._reply(404, "text/plain", b"not found: POST /stop\n")
+            return self._reply(404, "text/plain", b"not found: POST /stop or /v1/logs\n")
         if not self._authorised():
             return self._reply(403, "application/json", TOKEN_REQUIRED)
         try:
@@ -101,6 +116,45 @@ class Handler(BaseHTTPRequestHandler):
             return self._reply(400, "application/json", STOP_USAGE)
         code, answer = self.daemon.stop_run(run, reason[:2000])
         self._reply(code, "application/json", json.dumps(answer).encode())
+
+    def _logs(self) -> None:
+        """``POST /v1/logs``: an OTLP ``ExportLogsServiceRequest``; its lines queued on their runs;
+        the answer's ``partialSuccess`` counts the records refused (see :mod:`.otlp`)."""
+        if not (self.otlp_open or self._authorised()):
+            return self._refuse(401, "a valid control token is required (Authorization: Bearer TOKEN)")
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            return self._refuse(411, "a Content-Length is required")
+        if length < 0 or length > self.limits.max_body:
+            return self._refuse(413, f"the body is {length} bytes: at most {self.limits.max_body} (otlp.max_body)")
+        kind = self.headers.get("Content-Type", "")
+        try:
+            body = inflate(self.rfile.read(length), self.headers.get("Content-Encoding"), self.limits.max_body)
+            got = decode(body, kind, self.limits)
+        except OtlpError as exc:
+            return self._refuse(exc.code, str(exc))
+        refused, why = self.daemon.push(got.files) if got.files else (0, [])
+        rejected = got.rejected + refused
+        if rejected:
+            log.warning("POST /v1/logs from %s: %d of %d record(s) rejected: %s", self.client_address[0],
+                        rejected, got.count + got.rejected, "; ".join(got.why + why))
+        ctype, out = answer(kind, rejected, "; ".join(got.why + why))
+        self._reply(200, ctype, out)
+
+    def _held_stop(self, route: str) -> None:
+        """``GET /runs/<run>/stop?incarnation=ID`` with the token (see :func:`.pushed.held_stop`)."""
+        if not self._authorised():
+            return self._reply(403, "application/json", TOKEN_REQUIRED)
+        run = unquote(route[len("/runs/"):-len("/stop")])
+        inc = (parse_qs(urlsplit(self.path).query).get("incarnation") or [None])[0]
+        code, answer_ = self.daemon.held_stop(run, inc)
+        self._reply(code, "application/json", json.dumps(answer_).encode())
+
+    def _refuse(self, code: int, message: str) -> None:
+        """A request refused whole: a JSON error; the connection is closed (a body may be unread)."""
+        self.close_connection = True
+        self._reply(code, "application/json", json.dumps({"error": message}).encode())
 
     def _reply(self, code: int, ctype: str, body: bytes) -> None:
         try:

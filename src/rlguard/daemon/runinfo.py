@@ -29,6 +29,7 @@ class RunInfo:
     stop_standing: bool = False  # judged ignored while it kept logging: the request stays, a late stop is told
     stop_looked: bool = False  # the run's rlguard/stop.json was looked at (first sight: history, see .selfstop)
     stop_told: str | None = None  # fingerprint of the stop record told last (or found at first sight)
+    stop_body: dict | None = None  # a pushed run's stop request, held for it to fetch (see .pushed)
     incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
     epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
     ended: str | None = None  # the evidence that the run ended (see .lifecycle)
@@ -44,5 +45,6 @@ def info_dict(info: RunInfo) -> dict:
     d["latest"] = {k: list(v) for k, v in info.latest.items()}
     d["alerts_total"] = dict(info.alerts_total)
     d["retired"] = copy.deepcopy(info.retired)
+    d["stop_body"] = copy.deepcopy(info.stop_body)
     return d
 

@@ -20,6 +20,7 @@ from ..stop import incarnation
 from .builtin import STALL, STOP_IGNORED, STOPPED
 from .quiet import QuietScreen, watched_keys
 from .runinfo import RunInfo, info_dict
+from .pushed import PushedTail, hold_stop, held_outcome
 from .tail import SETTLE, FileTail
 
 KEEP_ALERTS = 1000
@@ -63,7 +64,9 @@ class RunMonitor:
         self.found = found
         self.path, self.run = found.key, run
         self.context = dict(context or {})  # labels every alert of this run carries (run_dir, host, url)
-        self.tail = FileTail(found.log, saved["tail"] if saved else None, settle=settle)
+        self.tail: FileTail | PushedTail = (PushedTail(found.log, saved["tail"] if saved else None)
+                                            if found.layout == "pushed" else
+                                            FileTail(found.log, saved["tail"] if saved else None, settle=settle))
         self.kind = log_kind(self.tail.path)
         self.plan = RulePlan.of(packs)  # (a daemon's runs share one)
         self.watchdog = Watchdog(plan=self.plan, run=run, labels=self.context)
@@ -260,7 +263,9 @@ class RunMonitor:
         alert that says it, once. A run relaunched after a stop is watched afresh; a run judged
         to ignore it while it kept logging is told as stopped if it stops on it after all."""
         info = self.info
-        if info.stop_state in ("stopped", "ignored"):
+        if isinstance(self.tail, PushedTail):  # no stop record here to read (see .pushed)
+            out = held_outcome(info, now, quiet_after, patience) if info.stop_state == "requested" else None
+        elif info.stop_state in ("stopped", "ignored"):
             inc = incarnation.current(self.run_dir) if self.found.run_dir else None
             if inc is not None and info.stop_incarnation and inc["id"] != info.stop_incarnation:
                 info.stopped = info.stop_state = info.stop_incarnation = None  # a new start: a new run
@@ -287,7 +292,8 @@ class RunMonitor:
         if out is None:
             return None
         info.stop_state = out.state
-        info.stop_told = stops.fingerprint(self.run_dir) if out.state == "stopped" else info.stop_told  # (selfstop)
+        stopped = out.state == "stopped" and self.found.run_dir
+        info.stop_told = stops.fingerprint(self.run_dir) if stopped else info.stop_told  # (selfstop)
         self.changed = True
         rule = STOPPED if out.state == "stopped" else STOP_IGNORED
         return Alert(run=self.run, rule=rule.rule, kind=rule.kind, severity=rule.severity, action=Action.ALERT,
@@ -319,6 +325,8 @@ class RunMonitor:
         content), for the run start live there now; idempotent: an existing request is left as
         it is; never for a run that already stopped or ended (``self.not_requested`` says why)."""
         self.not_requested = None
+        if isinstance(self.tail, PushedTail):  # held for the run to fetch over HTTP
+            return hold_stop(self, decision, time.time() if now is None else now)
         if not self.found.run_dir:  # a tracking server's run with no directory on this machine
             if self.info.last_error != NO_DIR:
                 self.info.last_error = NO_DIR

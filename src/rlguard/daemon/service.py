@@ -32,7 +32,7 @@ from ..core.errors import RLGuardError
 from ..rules.plan import RulePlan
 from ..rules.spec import load_packs
 from ..sources.layout import Discovery, Found
-from . import control, lifecycle, overdue, selfstop, startup
+from . import control, lifecycle, overdue, pushed, selfstop, startup
 from .actions import stop_run
 from .amsync import AlertmanagerSync
 from .budget import EvalBudget
@@ -112,8 +112,9 @@ class Daemon:
                 log.error("%s", msg)
             self._errors_logged = len(self.finder.errors)
 
-    def _watch(self, found: Found) -> int:
-        """Watch a run; 1 when its state was taken over from another shard."""
+    def _watch(self, found: Found, default_name: str | None = None) -> int:
+        """Watch a run; 1 when its state was taken over from another shard. ``default_name``: the
+        name when no other is given (a pushed run's: its path is not a file here)."""
         own = self.saved.pop(found.key, None)
         if self.retirements.kept(found, own):  # retired before a restart, unchanged since
             return 0
@@ -130,7 +131,7 @@ class Daemon:
         taken = self.names  # (a dict: a set copied per run made a first pass over 5,000 runs quadratic)
         name = saved.get("run") if saved else None
         if not name or name in taken:  # a new run, or a name another run has here: made unique
-            name = run_name_for(found.key, taken, name or self.fleet.name(found, labels))
+            name = run_name_for(found.key, taken, name or self.fleet.name(found, labels) or default_name)
         context = run_context(found.run_dir, name, labels, self.host, self.cfg.run_url_template)
         try:
             mon = RunMonitor(found, name, self.plan, saved, self.cfg.max_metrics_per_run, context,
@@ -178,6 +179,16 @@ class Daemon:
         if alert is not None:
             self.saver.save_slices([mon], self.lock)
         return code, answer
+
+    def push(self, files: dict[str, list[bytes]]) -> tuple[int, list[str]]:
+        """``POST /v1/logs``: lines of logs on other nodes queued on their runs (see :mod:`.pushed`)."""
+        with self.lock:
+            return pushed.take(files, self.cfg.watch, self.runs, self._watch, self.cfg.otlp.max_pending)
+
+    def held_stop(self, run: str, incarnation: str | None) -> tuple[int, dict[str, Any]]:
+        """``GET /runs/<run>/stop``: (HTTP code, a pushed run's pending stop record)."""
+        with self.lock:
+            return pushed.held_stop(self.runs.get(self.names.get(run, "")), run, incarnation)
 
     def notification_stats(self) -> dict[str, int] | None:
         return self.outgoing.stats()
@@ -338,7 +349,7 @@ class Daemon:
                 **self.alertmanager.jobs()}
         sched = startup.schedule(self.cfg, {"poll": lambda: self.budget.drain(self.poll, done), **jobs})
         try:
-            server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout)
+            server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout, otlp=self.cfg.otlp)
         except OSError as exc:
             raise RLGuardError(f"cannot listen on {self.cfg.listen}: {exc.strerror or exc} (another daemon? "
                                "choose another --listen HOST:PORT)") from None

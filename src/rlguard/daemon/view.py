@@ -132,3 +132,11 @@ class DaemonControl(DaemonView, Protocol):
     def stop_run(self, run: str, reason: str) -> tuple[int, dict[str, Any]]:
         """(HTTP code, answer) for ``POST /stop``."""
         ...
+
+    def push(self, files: dict[str, list[bytes]]) -> tuple[int, list[str]]:
+        """``POST /v1/logs``: lines of files on other nodes queued on their runs: (lines refused, why)."""
+        ...
+
+    def held_stop(self, run: str, incarnation: str | None) -> tuple[int, dict[str, Any]]:
+        """(HTTP code, answer) for ``GET /runs/<run>/stop``: a pushed run's pending stop record."""
+        ...

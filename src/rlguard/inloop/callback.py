@@ -40,6 +40,7 @@ from ..core.alerts import Alert, Severity, Status
 from ..core.incidents import incident_line
 from ..stop.heartbeat import Schedule
 from .guard import Broadcast, InLoopGuard
+from .remote import RemoteStop
 from ..core.keep import Keep
 from .reward_watch import watched_metrics
 from ..rules.spec import RulePack, load_packs
@@ -65,12 +66,19 @@ class RLGuardCallback(TrainerCallback):
     ``save_strategy="no"``; True or False decides. What it will do is said once, at the start.
     ``rewards``: a :func:`rlguard.watch_rewards` watch (or decorated functions): its figures are
     added to each logged record, a key the trainer logged itself keeping the trainer's value.
+    ``daemon_url``: where the rlguard daemon that watches this run's logs listens, for a run
+    whose logs reach it over OTLP (no shared disk): its stop requests are fetched from there at
+    most every ``daemon_poll`` seconds (``daemon_token_file``: the daemon's control token;
+    ``daemon_run``: the run's name in the daemon, by default the output dir's name) and obeyed
+    like ``RLGUARD_STOP`` (:class:`rlguard.inloop.remote.RemoteStop`).
     """
 
     def __init__(self, rules: Iterable[str | os.PathLike] | list[RulePack] | None = None,
                  notifiers: Iterable[Callable[[Alert], None]] = (), run: str | None = None,
                  baselines: dict[str, float] | None = None, stop_file: str = STOP_FILE,
-                 default_rules: bool = True, save: bool | None = None, rewards=None) -> None:
+                 default_rules: bool = True, save: bool | None = None, rewards=None,
+                 daemon_url: str | None = None, daemon_token_file: str | os.PathLike | None = None,
+                 daemon_run: str | None = None, daemon_poll: float = 30.0) -> None:
         rules = list(rules) if rules is not None else None
         if rules and isinstance(rules[0], RulePack):
             self.packs = (load_packs(None) if default_rules else []) + rules
@@ -82,6 +90,7 @@ class RLGuardCallback(TrainerCallback):
         self.stop_file = stop_file
         self.save = save
         self.rewards = rewards
+        self.daemon = (daemon_url, daemon_token_file, daemon_run, daemon_poll)
         self.saves = False  # decided at the start of each train(): see ``save``
         self.guard: InLoopGuard | None = None
         self._last: tuple | None = None
@@ -100,6 +109,10 @@ class RLGuardCallback(TrainerCallback):
     def incarnation(self) -> str | None:
         return self.guard.incarnation if self.guard is not None else None
 
+    def _remote(self) -> RemoteStop | None:
+        url, token_file, run, every = self.daemon
+        return RemoteStop(url, run or self._out.name, token_file, every) if url and self._out else None
+
     # ------------------------------------------------------------------ trainer events
     def on_train_begin(self, args, state, control, **kwargs):
         self._out = Path(args.output_dir)
@@ -109,7 +122,7 @@ class RLGuardCallback(TrainerCallback):
                                  main=state.is_world_process_zero, broadcast=_torch_broadcast(args),
                                  notifiers=[self.trackers.alert, *self.notifiers],
                                  protect=lambda keep: _protect(args, state, keep), stop_file=self.stop_file,
-                                 warn_stops=True)
+                                 warn_stops=True, remote=self._remote())
         ckpt = self._out / f"checkpoint-{state.global_step}" / STATE_FILE
         if state.global_step > 0 and ckpt.is_file():  # resuming: no second alert for old faults
             self.guard.watchdog.load(ckpt)

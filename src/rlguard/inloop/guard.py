@@ -14,8 +14,10 @@ logged step goes through it in a fixed order::
 - **verdict**: :meth:`Verdict.of <rlguard.core.verdict.Verdict.of>` folds the decisions; a run stops
   once (a later stop verdict is not said again).
 - **external stop**: a request in the run directory (``RLGUARD_STOP``, :mod:`rlguard.stop.request`,
-  for this run's incarnation, :mod:`rlguard.stop.incarnation`) or one handed to :meth:`request`
-  (a signal) stops the run as ``kind`` "external".
+  for this run's incarnation, :mod:`rlguard.stop.incarnation`), one fetched from the daemon
+  (``remote``: :class:`~rlguard.inloop.remote.RemoteStop`, for a run whose logs reach the daemon
+  over OTLP; the same incarnation check) or one handed to :meth:`request` (a signal) stops the
+  run as ``kind`` "external".
 - **agreement**: every rank does what rank 0 decided. ``broadcast`` is injected by the adapter
   (torch.distributed, accelerate): it takes rank 0's flags (save now, stop) and returns them on
   every rank; None for a single process.
@@ -44,6 +46,7 @@ from ..core.keep import Checkpoints, Keep, Pinned
 from ..stop.request import STOP_FILE, take_stop_request
 from ..core.verdict import RunRecords, Verdict, onset_of
 from ..engine.watchdog import Watchdog
+from .remote import RemoteStop
 
 Broadcast = Callable[[tuple[bool, bool]], tuple[bool, bool]]  # rank 0's (save now, stop), on every rank
 Notify = Callable[[Alert], None]
@@ -67,8 +70,10 @@ class InLoopGuard:
 
     def __init__(self, run_dir: str | os.PathLike, watchdog: Watchdog | None, run: str, *, main: bool = True,
                  broadcast: Broadcast | None = None, notifiers: Iterable[Notify] = (),
-                 protect: Protect | None = None, stop_file: str = STOP_FILE, warn_stops: bool = False) -> None:
+                 protect: Protect | None = None, stop_file: str = STOP_FILE, warn_stops: bool = False,
+                 remote: RemoteStop | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.remote = remote  # the daemon's stop requests over HTTP (None: the stop file only)
         self.watchdog = watchdog
         self.main = main
         self.broadcast = broadcast
@@ -144,6 +149,8 @@ class InLoopGuard:
         if self.stopping is not None:
             return None
         req = take_stop_request(self.run_dir, self.stop_file, self.incarnation)
+        if req is None and self.remote is not None:
+            req = self.remote.take(self.incarnation)
         if req is not None:
             onset = req.get("onset")
             verdict = Verdict.external(step, req["reason"], onset=onset if isinstance(onset, int) else None)
