@@ -388,12 +388,13 @@ def write_detectors() -> None:
 
 # ---------------------------------------------------------------- config keys and layout
 def test_every_daemon_config_key_is_documented():
-    from rlguard.daemon.config import DaemonConfig, SlackConfig, StopConfig
+    from rlguard.daemon.config import AlertmanagerConfig, DaemonConfig, SlackConfig, StopConfig
 
     text = "\n".join(f.read_text() for f in doc_files())
     spans = set(_INLINE.findall(text))
     words = {w for s in spans for w in re.split(r"[\s,:]+", s)}
-    missing = [f"{prefix}{name}" for model, prefix in ((DaemonConfig, ""), (StopConfig, "stop."), (SlackConfig, "slack."))
+    missing = [f"{prefix}{name}" for model, prefix in ((DaemonConfig, ""), (StopConfig, "stop."), (SlackConfig, "slack."),
+                                          (AlertmanagerConfig, "alertmanager."))
                for name in model.model_fields
                if name not in words and f"{prefix}{name}" not in words]
     assert not missing, f"daemon config keys no page names (in backticks): {missing}"

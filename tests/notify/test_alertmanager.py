@@ -246,3 +246,35 @@ def test_two_daemons_post_one_alert_for_a_nan(recorder, tmp_path):
     d.alertmanager.tick()  # retried at the next tick, and recovered
     assert not any(k.startswith("alertmanager") for k in d.problems)
     d.store.close()
+
+
+# ------------------------------------------------------------------ configuration
+def test_config_section_and_the_flag(tmp_path):
+    """``alertmanager:`` in --config; ``--alertmanager-url`` (repeatable) replaces its urls;
+    a URL carrying a credential, or an unreadable token file, is one line and exit 2."""
+    import subprocess
+    import sys
+
+    from rlguard.core.errors import InputError
+    from rlguard.daemon.config import load_config
+
+    cfg = tmp_path / "daemon.yaml"
+    cfg.write_text("alertmanager:\n  urls: [http://am-0:9093]\n  resend_interval: 30\n")
+    assert load_config(cfg, {}).alertmanager.urls == ["http://am-0:9093"]
+    both = load_config(cfg, {"alertmanager_url": ["http://a:9093", "https://b:9093/am"]}).alertmanager
+    assert both.urls == ["http://a:9093", "https://b:9093/am"] and both.resend_interval == 30
+    for bad in ("http://user:pw@a:9093", "a:9093", "http://a:9093/?x=1"):
+        with pytest.raises(InputError, match="^--alertmanager-url: ") as err:
+            load_config(None, {"alertmanager_url": [bad]})
+        assert "pw" not in str(err.value)
+
+    def daemon(*args):
+        return subprocess.run([sys.executable, "-m", "rlguard", "daemon", "--watch", str(tmp_path),
+                               "--state-dir", str(tmp_path / "s"), "--listen", "127.0.0.1:0", *args],
+                              capture_output=True, text=True, timeout=60)
+    r = daemon("--alertmanager-url", "http://u:secret@a:9093")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "--alertmanager-url" in r.stderr
+    assert "secret" not in r.stderr
+    cfg.write_text(f"alertmanager:\n  urls: [http://127.0.0.1:9]\n  token_file: {tmp_path / 'missing'}\n")
+    r = daemon("--config", str(cfg))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "token file" in r.stderr
