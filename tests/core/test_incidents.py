@@ -54,9 +54,9 @@ def test_kl_after_a_gradient_explosion_is_one_incident_caused_by_the_gradient(pa
     decisions = wd.ingest(explosion(40))
     firing = [a for a in wd.alerts if a.status == "firing"]
     assert [(a.rule, a.step) for a in firing] == [("T-GRAD-SPIKE", 31), ("T-KL-HIGH", 32), ("T-KL-ABSURD", 33)]
-    assert {a.incident["id"] for a in firing} == {1}
+    assert {a.incident.id for a in firing} == {1}
     stop = next(d for d in decisions if d.action is Action.STOP)
-    inc = stop.alert.incident
+    inc = stop.alert.incident.to_dict()  # as records write it
     assert inc["started"] == 31
     assert inc["cause"] == {"rule": "T-GRAD-SPIKE", "kind": "grad_explosion", "metric": "grad_norm", "step": 31,
                             "value": 405.0, "onset": 31}
@@ -67,14 +67,14 @@ def test_kl_after_a_gradient_explosion_is_one_incident_caused_by_the_gradient(pa
     assert stop.reason.startswith("gradient explosion at step 31 (grad_norm 405); KL high at step 32 (kl 50) followed")
     assert "[T-KL-ABSURD: " in stop.reason and stop.alert.message in stop.reason
     verdict = Verdict.of(decisions)
-    assert (verdict.kind, verdict.rule, verdict.incident["cause"]["kind"]) == ("grad_explosion", "T-KL-ABSURD",
+    assert (verdict.kind, verdict.rule, verdict.incident.cause.kind) == ("grad_explosion", "T-KL-ABSURD",
                                                                              "grad_explosion")
     body = stop_record(verdict, "r", "rlguard watchdog")
     assert tuple(body) == STOP_KEYS and "inhibited" not in body["incident"]
     assert "kl_high" in {f["kind"] for f in body["incident"]["followed"]}
     json.dumps(body, allow_nan=False)
-    assert incident_line(inc).startswith("incident 1: gradient explosion at step 31") \
-        and incident_line(inc).endswith("3 rules agreed on 2 metrics")
+    assert incident_line(stop.alert.incident).startswith("incident 1: gradient explosion at step 31") \
+        and incident_line(stop.alert.incident).endswith("3 rules agreed on 2 metrics")
 
 
 def test_a_stronger_alert_of_a_kind_inhibits_the_weaker_ones_but_nothing_is_dropped(pack):
@@ -82,19 +82,19 @@ def test_a_stronger_alert_of_a_kind_inhibits_the_weaker_ones_but_nothing_is_drop
     # the KL is absurd at once: the critical rule fires first (rule order), the warning is inhibited
     wd.ingest([row(s, kl=5000.0 if s >= 10 else 0.05) for s in range(1, 20)])
     firing = [a for a in wd.alerts if a.status == "firing"]
-    assert [(a.rule, a.incident["inhibited"]) for a in firing] == [("T-KL-HIGH", False), ("T-KL-ABSURD", False)]
+    assert [(a.rule, a.incident.inhibited) for a in firing] == [("T-KL-HIGH", False), ("T-KL-ABSURD", False)]
     # a weaker alert that arrives while a stronger (or as strong) one of its kind fires is inhibited
     inc = Incidents()
     strong = _alert("A", "kl_high", 5, severity="critical", action="stop")
     weak = _alert("B", "kl_high", 6)
     other = _alert("C", "reward_drop", 6)
     inc.assign([(5, strong), (6, weak), (6, other)])
-    assert [a.incident["inhibited"] for a in (strong, weak, other)] == [False, True, False]
+    assert [a.incident.inhibited for a in (strong, weak, other)] == [False, True, False]
     # the strong one resolved: B, as strong as D, still inhibits it; once B resolved too, D speaks
     d1, d2 = _alert("D", "kl_high", 9), _alert("E", "kl_high", 11)
     inc.assign([(7, _alert("A", "kl_high", 7, status="resolved", severity="critical", action="stop")), (9, d1)])
     inc.assign([(10, _alert(r, "kl_high", 10, status="resolved")) for r in "BD"] + [(11, d2)])
-    assert [(d.incident["id"], d.incident["inhibited"]) for d in (d1, d2)] == [(1, True), (1, False)]
+    assert [(d.incident.id, d.incident.inhibited) for d in (d1, d2)] == [(1, True), (1, False)]
 
 
 def _alert(rule, kind, step, *, severity="warning", action="alert", status="firing", metric="m", value=1.0):
@@ -109,25 +109,25 @@ def test_the_gap_is_in_records_and_in_steps_and_the_cause_must_come_first():
     # within GAP_RECORDS records (logging every 50 steps: far in steps, near in records)
     b = _alert("B", "kl_high", 100 + 50 * GAP_RECORDS)
     inc.assign([(10 + GAP_RECORDS, b), (10 + GAP_RECORDS, _alert("B", "kl_high", b.step, status="resolved"))])
-    assert b.incident["id"] == 1
+    assert b.incident.id == 1
     # within GAP_STEPS steps (logging every step plus eval records: far in records, near in steps)
     c = _alert("C", "nonfinite", b.step + GAP_STEPS)
     inc.assign([(10 + 4 * GAP_RECORDS, c)])
-    assert c.incident["id"] == 1
+    assert c.incident.id == 1
     # the incident is open while C fires: a reward drop much later still joins it...
     d = _alert("D", "reward_drop", c.step + 500)
     inc.assign([(1000, d)])
-    assert d.incident["id"] == 1 and d.incident["cause"]["rule"] == "A"
+    assert d.incident.id == 1 and d.incident.cause.rule == "A"
     # ...but a gradient explosion cannot follow the loss spike it would itself cause: a new incident
     e = _alert("E", "grad_explosion", c.step + 501)
     inc.assign([(1001, e)])
-    assert e.incident["id"] == 2 and e.incident["cause"]["rule"] == "E" and e.incident["followed"] == []
+    assert e.incident.id == 2 and e.incident.cause.rule == "E" and e.incident.followed == ()
     # closed and past both gaps: a new incident
     inc.assign([(1002, _alert(r, k, 1000, status="resolved")) for r, k in
                 (("C", "nonfinite"), ("D", "reward_drop"), ("E", "grad_explosion"))])
     f = _alert("F", "kl_high", 1000 + GAP_STEPS + 1)
     inc.assign([(1003 + GAP_RECORDS, f)])
-    assert f.incident["id"] == 3
+    assert f.incident.id == 3
     # info alerts and resolutions stay outside any incident
     info = _alert("I", "plateau", 2000, severity="info")
     inc.assign([(2000, info)])
@@ -140,14 +140,14 @@ def test_ties_at_one_step_go_to_the_upstream_kind_whatever_the_rule_order():
         pair = [_alert("K", "kl_high", 31, metric="kl", value=52.0),
                 _alert("G", "grad_explosion", 31, metric="grad_norm", value=405.0)]
         inc.assign([(7, pair[i]) for i in order])
-        assert {a.incident["cause"]["rule"] for a in pair} == {"G"}
+        assert {a.incident.cause.rule for a in pair} == {"G"}
     # a same-step upstream alert from a later record (an eval record of the step) takes the cause over
     inc = Incidents()
     k, g = _alert("K", "kl_high", 31, metric="kl"), _alert("G", "grad_explosion", 31, metric="grad_norm")
     inc.assign([(7, k)])
     inc.assign([(8, g)])
-    assert k.incident["cause"]["rule"] == "K"  # what was known when K fired
-    assert g.incident["cause"]["rule"] == "G" and [f["rule"] for f in g.incident["followed"]] == ["K"]
+    assert k.incident.cause.rule == "K"  # what was known when K fired
+    assert g.incident.cause.rule == "G" and [f.rule for f in g.incident.followed] == ["K"]
     assert summary(g.incident) == "gradient explosion at step 31 (grad_norm 1); KL high at step 31 (kl 1) followed"
 
 
@@ -157,20 +157,20 @@ def test_an_alert_sees_all_that_fired_in_its_record():
     g = _alert("G", "grad_explosion", 33, severity="critical", action="stop", metric="grad_norm")
     k = _alert("K", "kl_high", 33, metric="kl")
     inc.assign([(9, k), (9, g)])
-    assert g.incident == k.incident and [f["rule"] for f in g.incident["followed"]] == ["K"]
+    assert g.incident == k.incident and [f.rule for f in g.incident.followed] == ["K"]
     later = _alert("L", "loss_spike", 34)
     inc.assign([(10, later)])
-    assert len(g.incident["followed"]) == 1 and len(later.incident["followed"]) == 2  # snapshots: no later news
+    assert len(g.incident.followed) == 1 and len(later.incident.followed) == 2  # snapshots: no later news
 
 
 def test_six_rules_of_one_kind_are_one_incident_with_five_inhibited():
     inc = Incidents()
     alerts = [_alert(f"R{i}", "reward_variance_collapse", 151 + i // 2, metric=f"m{i}") for i in range(6)]
     inc.assign([(151 + i // 2, a) for i, a in enumerate(alerts)])
-    assert {a.incident["id"] for a in alerts} == {1}
-    assert [a.incident["inhibited"] for a in alerts] == [False] + [True] * 5
+    assert {a.incident.id for a in alerts} == {1}
+    assert [a.incident.inhibited for a in alerts] == [False] + [True] * 5
     [(shown, members)] = by_incident(alerts)
-    assert len(members) == 6 and len(shown["followed"]) == 5
+    assert len(members) == 6 and len(shown.followed) == 5
 
 
 def test_incidents_survive_state_round_trips_and_old_states_load(pack, tmp_path):
@@ -192,7 +192,7 @@ def test_incidents_survive_state_round_trips_and_old_states_load(pack, tmp_path)
     again = Watchdog(packs=[pack], run="r")
     again.load_state_dict(old)
     again.ingest(rows[31:])
-    assert [a.incident["cause"]["rule"] for a in again.alerts if a.status == "firing"][-1] == "T-KL-HIGH"
+    assert [a.incident.cause.rule for a in again.alerts if a.status == "firing"][-1] == "T-KL-HIGH"
 
 
 def test_chunked_and_online_feeding_give_the_same_incidents(pack):
@@ -205,7 +205,7 @@ def test_chunked_and_online_feeding_give_the_same_incidents(pack):
         chunked.ingest(rows[:cut])
         chunked.ingest(rows[cut:])
         assert [a.to_dict() for a in chunked.alerts] == [a.to_dict() for a in online.alerts]
-    ids = [(a.rule, a.incident["id"]) for a in online.alerts if a.status == "firing" and a.severity != "info"]
+    ids = [(a.rule, a.incident.id) for a in online.alerts if a.status == "firing" and a.severity != "info"]
     assert ids[-1] == ("T-REWARD-LOW", 2)  # the reward dip 150 steps after the explosion is its own incident
     assert all(a.incident is None for a in online.alerts if a.severity == "info")
 
@@ -237,8 +237,8 @@ def test_an_incident_begins_at_its_first_abnormal_record_not_where_a_rule_was_su
     wd = _onset_watchdog(tmp_path)
     decisions = wd.ingest([LogRecord(s, {"kl": 0.01 if s < 2 else 3.0, "entropy": 2.0}, s) for s in range(1, 8)])
     stop = next(d for d in decisions if d.action is Action.STOP)
-    assert stop.step == 4 and stop.alert.incident["started"] == 2
-    assert stop.alert.incident["cause"]["onset"] == 2 and stop.alert.incident["cause"]["step"] == 4
+    assert stop.step == 4 and stop.alert.incident.started == 2
+    assert stop.alert.incident.cause.onset == 2 and stop.alert.incident.cause.step == 4
     verdict = Verdict.of(decisions)
     assert verdict.onset == 2
     keep = checkpoint_to_keep({2: "ckpt-2", 1: "ckpt-1"}, verdict.onset)
@@ -248,7 +248,7 @@ def test_an_incident_begins_at_its_first_abnormal_record_not_where_a_rule_was_su
     assert summary(stop.alert.incident).startswith("KL high at step 4 (kl 3), abnormal since step 2")
     # the 5-record rule of the same streak fires at step 6 and joins the same incident, its onset 2 too
     later = [a for a in wd.alerts if a.rule == "T-KL-HIGH-5"]
-    assert [(a.step, a.incident["id"], a.incident["started"]) for a in later] == [(6, 1, 2)]
+    assert [(a.step, a.incident.id, a.incident.started) for a in later] == [(6, 1, 2)]
 
 
 def test_alerts_that_began_together_are_one_incident_whatever_rule_was_sure_first(tmp_path):
@@ -260,22 +260,22 @@ def test_alerts_that_began_together_are_one_incident_whatever_rule_was_sure_firs
     wd.ingest([LogRecord(s, {"kl": 0.01 if s < 2 else 3.0, "entropy": 2.0 if s < 2 else 0.0}, s)
                for s in range(1, 9)])
     firing = {a.rule: a for a in wd.alerts if a.status == "firing"}
-    assert {a.incident["id"] for a in firing.values()} == {1}
-    assert firing["T-KL-HIGH-3"].incident["started"] == 2
-    assert firing["T-KL-HIGH-3"].incident["cause"]["rule"] == "T-KL-HIGH-3"  # began with it, upstream
+    assert {a.incident.id for a in firing.values()} == {1}
+    assert firing["T-KL-HIGH-3"].incident.started == 2
+    assert firing["T-KL-HIGH-3"].incident.cause.rule == "T-KL-HIGH-3"  # began with it, upstream
     # one whose evidence began first takes the cause over, and the onset with it
     inc = Incidents()
     e = _alert("E", "entropy_collapse", 3, metric="entropy")
     k = _alert("K", "kl_high", 5, metric="kl")
     inc.assign([(3, e, (3, 3))])
     inc.assign([(5, k, (2, 2))])
-    assert k.incident["id"] == 1 and k.incident["cause"]["rule"] == "K" and k.incident["started"] == 2
-    assert [f["rule"] for f in k.incident["followed"]] == ["E"]
+    assert k.incident.id == 1 and k.incident.cause.rule == "K" and k.incident.started == 2
+    assert [f.rule for f in k.incident.followed] == ["E"]
     # an upstream alert whose evidence began after the incident's is a new incident, even while
     # the incident is open (it cannot have caused what began before it)
     g = _alert("G", "grad_explosion", 6, metric="grad_norm")
     inc.assign([(6, g, (4, 4))])
-    assert g.incident["id"] == 2
+    assert g.incident.id == 2
 
 
 def test_one_rule_on_two_metrics_is_not_two_rules_agreeing():
@@ -302,7 +302,7 @@ def test_an_onset_survives_a_state_round_trip(tmp_path):
     again.load(state)
     decisions = again.ingest([LogRecord(s, {"kl": 3.0, "entropy": 2.0}, s) for s in range(4, 6)])
     stop = next(d for d in decisions if d.action is Action.STOP)
-    assert stop.alert.incident["started"] == 2
+    assert stop.alert.incident.started == 2
 
 
 def test_a_mismatch_trend_then_a_reward_collapse_is_one_incident_caused_by_the_mismatch():
@@ -314,11 +314,11 @@ def test_a_mismatch_trend_then_a_reward_collapse_is_one_incident_caused_by_the_m
     r = _alert("RLG-REWARD-DROP", "reward_drop", 130, metric="reward_mean")
     inc.assign([(100, m, (90, 90))])
     inc.assign([(130, r, (125, 125))])
-    assert r.incident["id"] == 1 and r.incident["cause"]["kind"] == "train_infer_mismatch"
+    assert r.incident.id == 1 and r.incident.cause.kind == "train_infer_mismatch"
     assert summary(r.incident).startswith("train/inference mismatch at step 100")
     other = Incidents()
     r2 = _alert("RLG-REWARD-DROP", "reward_drop", 100, metric="reward_mean")
     m2 = _alert("RLG-MISMATCH-DRIFT", "train_infer_mismatch", 130, metric="rollout_logp_diff")
     other.assign([(100, r2, (95, 95))])
     other.assign([(130, m2, (120, 120))])
-    assert m2.incident["id"] == 2
+    assert m2.incident.id == 2

@@ -85,7 +85,7 @@ def expected(runs: dict[Path, list[dict]], name_of) -> tuple[set, set, dict]:
         fired = {(name_of(d), a.rule) for a in wd.alerts if a.status == "firing" and a.severity != "info"}
         # an alert inhibited by a stronger one of its incident and kind is told through it
         inhibited = {(name_of(d), a.rule) for a in wd.alerts
-                     if a.status == "firing" and (a.incident or {}).get("inhibited")}
+                     if a.status == "firing" and (a.incident is not None and a.incident.inhibited)}
         cleared = {(name_of(d), a.rule) for a in wd.alerts if a.status == "resolved"}
         may |= fired
         must |= fired - cleared - inhibited

@@ -116,7 +116,7 @@ def test_chunked_and_online_feeding_agree():
     batch = Watchdog(run="r")
     batch.ingest([LogRecord(s, m, i) for i, (s, m) in enumerate(rows)][:123])
     batch.ingest([LogRecord(s, m, i) for i, (s, m) in enumerate(rows)][123:])
-    key = lambda w: [(a.rule, a.step, a.status, json.dumps(a.incident)) for a in w.alerts]
+    key = lambda w: [(a.rule, a.step, a.status, a.incident) for a in w.alerts]
     assert key(online) == key(batch)
     assert {"reward_drop", "entropy_collapse"} <= {a.kind for a in online.alerts}
     assert any(a.incident for a in online.alerts)  # the incidents too
@@ -334,7 +334,7 @@ def test_the_stop_message_names_a_checkpoint_to_keep_only_from_before_the_incide
     decisions = feed(wd, rows)
     stop = next(d for d in decisions if d.action is Action.STOP)
     a = stop.alert
-    assert a.step == 48 and a.incident["started"] == 42 and a.checkpoint_step == keep
+    assert a.step == 48 and a.incident.started == 42 and a.checkpoint_step == keep
     if keep is None:
         assert "keep the step" not in a.message and action_text(a) == "stopped"
     else:

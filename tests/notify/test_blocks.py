@@ -6,6 +6,7 @@ import json
 from notify_helpers import HINTS, make_alert
 
 from rlguard.notify import Message
+from rlguard.core.alerts import Incident, Member
 from rlguard.notify.blocks import MAX_BLOCKS, escape, fit, block_kit
 
 #: issue 47: the daemon saves nothing; the action says who can (a run with the rlguard callback)
@@ -63,9 +64,7 @@ def test_stop_says_which_checkpoint_was_kept_and_warning_has_its_emoji():
     p = block_kit(msg(make_alert(action="stop", step=50, checkpoint_step=45, severity="warning", value=float("nan"))))
     assert fields(p)["Action"] == "stopped; checkpoint kept at step 45"
     inside = make_alert(action="stop", step=50, checkpoint_step=45)  # a best evaluation inside the incident
-    inside.incident = {"id": 1, "started": 42, "followed": [], "inhibited": False,
-                       "cause": {"rule": "RLG-GRAD-EXPLOSION", "kind": "grad_explosion", "metric": "grad_norm",
-                                 "step": 42, "value": 405.0}}
+    inside.incident = Incident(1, 42, Member("RLG-GRAD-EXPLOSION", "grad_explosion", "grad_norm", 42, 405.0))
     assert fields(block_kit(msg(inside)))["Action"] == "stopped"  # is no checkpoint to keep
     assert fields(p)["Value"] == "NaN"
     assert p["blocks"][0]["text"]["text"].startswith(":warning: Warning:")

@@ -223,7 +223,7 @@ def test_six_rules_of_one_kind_reach_slack_as_one_incident_line(fake_slack, tmp_
     assert line.startswith(":warning: *reward variance collapse at step 151* · cause `frac_zero_std` = 0 "
                            "· rule RLG-ALL-GROUPS-TIED · 6 rules agreed on 3 metrics · alert only; the run continues")
     assert "RLG-GROUP-STD-ZERO" not in line and "reward_variance_collapse incident (from step 151)" in req.body["text"]
-    assert sum(a.incident["inhibited"] for a in alerts) == 5
+    assert sum(a.incident.inhibited for a in alerts) == 5
 
 
 def test_one_rule_on_two_metrics_is_not_said_as_two_rules_agreeing(fake_slack, tmp_path):

@@ -35,7 +35,7 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         line = lambda r: "    " + "  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() + "\n"  # noqa: E731
         for (inc, _), group in zip(groups, rows):
             agreed = agreement(inc) if inc else ""
-            w(f"\n  incident {inc['id']}: {summary(inc)}" + (f"; {agreed}" if agreed else "") + "\n"
+            w(f"\n  incident {inc.id}: {summary(inc)}" + (f"; {agreed}" if agreed else "") + "\n"
               if inc else "\n  not in an incident (info):\n")
             for r in [head, *group]:
                 w(line(r))
@@ -59,7 +59,7 @@ def render_text(out: TextIO, *, path: str, fmt_name: str, records: int, steps: t
         # the rule and its own kind; the incident's cause (stop.kind) is another rule's kind when it differs
         cause = f"; the incident's cause: {stop.kind}" if stop.kind and stop.kind != a.kind else ""
         w(f"  rlguard would have STOPPED the run at step {a.step} (rule {a.rule}, {a.kind}{cause}){keep}.\n")
-        if a.incident and a.incident["cause"]["rule"] != a.rule:
+        if a.incident and a.incident.cause.rule != a.rule:
             w(f"  the incident it stopped: {summary(a.incident)}.\n")
     else:
         w("  no stop in the steps read: rlguard would have let them run on.\n" if live else

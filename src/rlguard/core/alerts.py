@@ -116,6 +116,59 @@ class StopOutcome:
     note: str | None = None
 
 
+#: the keys of an incident's cause and of what followed, in the order records write them
+CAUSE_KEYS = ("rule", "kind", "metric", "step", "value")
+FOLLOWED_KEYS = ("kind", "rule", "metric", "step", "value")
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One alert of an incident: its cause, or one that followed it. ``onset`` (the cause's): the
+    step where its evidence began (None for what followed, and in records written before onsets)."""
+
+    rule: str
+    kind: str
+    metric: str
+    step: int
+    value: float | None
+    onset: int | None = None
+
+    def to_dict(self, keys: tuple[str, ...] = CAUSE_KEYS) -> dict[str, Any]:
+        out = {k: getattr(self, k) for k in keys}
+        if self.onset is not None:
+            out["onset"] = self.onset
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Member":
+        return cls(str(d["rule"]), str(d["kind"]), str(d["metric"]), int(d["step"]), d.get("value"),
+                   d.get("onset"))
+
+
+@dataclass(frozen=True, slots=True)
+class Incident:
+    """The incident an alert belongs to, as the record that fired it left it
+    (:mod:`rlguard.core.incidents` groups them): ``started`` its onset (first abnormal record),
+    ``cause``, what ``followed`` (once per rule and metric, in order of arrival), and whether this
+    alert is ``inhibited`` by a stronger one of its kind in the incident."""
+
+    id: int
+    started: int
+    cause: Member
+    followed: tuple[Member, ...] = ()
+    inhibited: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        """What records and ``check --format json`` write."""
+        return {"id": self.id, "started": self.started, "cause": self.cause.to_dict(),
+                "followed": [f.to_dict(FOLLOWED_KEYS) for f in self.followed], "inhibited": self.inhibited}
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Incident":
+        return cls(int(d["id"]), int(d["started"]), Member.from_dict(d["cause"]),
+                   tuple(Member.from_dict(f) for f in d.get("followed") or ()), bool(d.get("inhibited", False)))
+
+
 @dataclass(slots=True)
 class Alert:
     """A rule that fired (or resolved) on one metric of one run, with its reason."""
@@ -134,11 +187,9 @@ class Alert:
     checkpoint_step: int | None = None  # for stop: the best step to keep
     labels: dict[str, str] = field(default_factory=dict)
     annotations: dict[str, str] = field(default_factory=dict)  # the rule's hint, runbook_url...
-    #: the incident this alert belongs to, as it stood when the alert fired (rlguard.core.incidents):
-    #: {"id": int, "started": step of its earliest anomaly, "cause": {"rule", "kind", "metric", "step",
-    #: "value"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited": bool (a
-    #: stronger alert of its kind fires in the incident)}; None outside any incident (info, resolved)
-    incident: dict[str, Any] | None = None
+    #: the incident this alert belongs to, as it stood when the alert fired (:class:`Incident`,
+    #: grouped by :mod:`rlguard.core.incidents`); None outside any incident (info, resolved)
+    incident: Incident | None = None
     #: what the daemon did about a stop alert (:func:`rlguard.daemon.actions.stop_run` returns it; the
     #: daemon's copy for Slack carries it, :func:`dataclasses.replace`, the watchdog's alert never),
     #: read by :mod:`rlguard.notify.blocks`; None everywhere else (and then absent from :meth:`to_dict`)
@@ -151,11 +202,15 @@ class Alert:
             self.action = Action(self.action)
         if type(self.status) is not Status:
             self.status = Status(self.status)
+        if isinstance(self.incident, dict):  # a record read back
+            self.incident = Incident.from_dict(self.incident)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         if d["value"] is not None and not math.isfinite(d["value"]):
             d["value"] = None  # JSON has no NaN; the message says what it was
+        if self.incident is not None:
+            d["incident"] = self.incident.to_dict()
         if d["stop"] is None:
             del d["stop"]  # what `rlguard check --format json` prints stays as it was
         return d

@@ -30,10 +30,12 @@ so per run, online, as alerts arrive (online and replay see the same incidents):
   every record (``check --format json``, ``decisions.jsonl``).
 
 Each alert carries a snapshot of its incident as the record that fired it left it (what a live
-run knew then: all that fired in that record, nothing later) in :attr:`Alert.incident`:
-``{"id", "started", "cause": {"rule", "kind", "metric", "step", "value", "onset"}, "followed":
-[{"kind", "rule", "metric", "step", "value"}], "inhibited"}``; ``started`` is the onset, the
-cause's ``step`` where its rule fired and ``onset`` where its evidence began.
+run knew then: all that fired in that record, nothing later) in :attr:`Alert.incident`, an
+:class:`~rlguard.core.alerts.Incident` (``id``, ``started``, ``cause``, ``followed``,
+``inhibited``; records write it as ``{"id", "started", "cause": {"rule", "kind", "metric", "step",
+"value", "onset"}, "followed": [{"kind", "rule", "metric", "step", "value"}], "inhibited"}``);
+``started`` is the onset, the cause's ``step`` where its rule fired and ``onset`` where its
+evidence began.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .alerts import Action, Alert, Severity, Status
+from .alerts import CAUSE_KEYS, FOLLOWED_KEYS, Action, Alert, Incident, Member, Severity, Status
 
 #: the gap after an incident's latest alert within which a new alert still joins it
 GAP_RECORDS = 5
@@ -89,13 +91,15 @@ def _entry(a: Alert, keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: (_finite(a.value) if k == "value" else getattr(a, k)) for k in keys}
 
 
-_CAUSE = ("rule", "kind", "metric", "step", "value")
-_FOLLOWED = ("kind", "rule", "metric", "step", "value")
+_CAUSE, _FOLLOWED = CAUSE_KEYS, FOLLOWED_KEYS
 Onset = tuple[int, int]  # (step, seq) of the first record of an alert's evidence
 
 
 @dataclass
-class Incident:
+class Ongoing:
+    """An incident while it can still grow (the run's state): its cause and what followed as the
+    plain records a saved state holds; :meth:`snapshot` is what an alert carries."""
+
     id: int
     cause: dict[str, Any]  # _CAUSE's keys and "onset" (the step its evidence began)
     last_seq: int
@@ -124,9 +128,9 @@ class Incident:
         """Did ``a``'s evidence begin before the cause's (or with it, upstream of it)?"""
         return (onset[0], causal_rank(a.kind)) < (self.started, causal_rank(self.cause["kind"]))
 
-    def snapshot(self, inhibited: bool) -> dict[str, Any]:
-        return {"id": self.id, "started": self.started, "cause": dict(self.cause),
-                "followed": [dict(f) for f in self.followed], "inhibited": inhibited}
+    def snapshot(self, inhibited: bool) -> Incident:
+        return Incident(self.id, self.started, Member.from_dict(self.cause),
+                        tuple(Member.from_dict(f) for f in self.followed), inhibited)
 
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "cause": self.cause, "last_seq": self.last_seq, "last_step": self.last_step,
@@ -137,7 +141,7 @@ class Incidents:
     """The incidents of one run (see the module doc). Feed it every alert in arrival order."""
 
     def __init__(self) -> None:
-        self.active: list[Incident] = []  # open, or recent enough to be joined
+        self.active: list[Ongoing] = []  # open, or recent enough to be joined
         self.next_id = 1
 
     def assign(self, alerts: Iterable[tuple[int, Alert] | tuple[int, Alert, Onset | None]]) -> None:
@@ -147,7 +151,7 @@ class Incidents:
         it). Alerts of one record are taken upstream kind first, so a record's cause is the same
         whatever the order its rules were evaluated in, and each sees its incident as the whole
         record left it (a stop of the record lists all that fired with it)."""
-        record: list[tuple[Alert, Incident, bool]] = []
+        record: list[tuple[Alert, Ongoing, bool]] = []
         last = None
         for item in sorted(alerts, key=lambda t: (t[0], causal_rank(t[1].kind))):
             seq, a = item[0], item[1]
@@ -160,7 +164,7 @@ class Incidents:
                 record.append((a, *placed))
         _settle(record)
 
-    def _one(self, seq: int, a: Alert, onset: Onset) -> tuple[Incident, bool] | None:
+    def _one(self, seq: int, a: Alert, onset: Onset) -> tuple[Ongoing, bool] | None:
         key = f"{a.rule}|{a.metric}"
         if a.status == Status.RESOLVED:
             for inc in self.active:
@@ -183,7 +187,7 @@ class Incidents:
                     and len(inc.followed) < MAX_FOLLOWED:
                 inc.followed.append(_entry(a, _FOLLOWED))
         else:
-            inc = Incident(self.next_id, _cause(a, onset), seq, a.step, onset_seq=onset[1])
+            inc = Ongoing(self.next_id, _cause(a, onset), seq, a.step, onset_seq=onset[1])
             self.next_id += 1
             self.active.append(inc)
         mine = _strength(a)
@@ -199,60 +203,59 @@ class Incidents:
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
         self.next_id = int(s["next_id"])
-        self.active = [Incident(**d) for d in s["active"]]
+        self.active = [Ongoing(**d) for d in s["active"]]
 
 
 def _cause(a: Alert, onset: Onset) -> dict[str, Any]:
     return {**_entry(a, _CAUSE), "onset": min(onset[0], a.step)}
 
 
-def _settle(record: list[tuple[Alert, Incident, bool]]) -> None:
+def _settle(record: list[tuple[Alert, Ongoing, bool]]) -> None:
     """The alerts of one record get their incidents as the record left them; the list empties."""
     for a, inc, inhibited in record:
         a.incident = inc.snapshot(inhibited)
     record.clear()
 
 
-def summary(incident: dict[str, Any]) -> str:
+def summary(incident: Incident) -> str:
     """One line: "gradient explosion at step 31 (grad_norm 405); KL high at step 32 (kl 3.9e+04)
     followed" (each kind that followed once, at its first alert); a cause whose evidence began
     before the record that fired it says where: "KL high at step 4 (kl 5.83), abnormal since
     step 2"."""
-    c = incident["cause"]
-    text = f"{kind_words(c['kind'])} at step {c['step']} ({c['metric']} {_num(c['value'])})"
-    onset = c.get("onset")
-    if isinstance(onset, int) and onset < c["step"]:
-        text += f", abnormal since step {onset}"
-    seen, parts = {c["kind"]}, []
-    for f in incident.get("followed") or []:
-        if f["kind"] not in seen:
-            seen.add(f["kind"])
-            parts.append(f"{kind_words(f['kind'])} at step {f['step']} ({f['metric']} {_num(f['value'])})")
+    c = incident.cause
+    text = f"{kind_words(c.kind)} at step {c.step} ({c.metric} {_num(c.value)})"
+    if isinstance(c.onset, int) and c.onset < c.step:
+        text += f", abnormal since step {c.onset}"
+    seen, parts = {c.kind}, []
+    for f in incident.followed:
+        if f.kind not in seen:
+            seen.add(f.kind)
+            parts.append(f"{kind_words(f.kind)} at step {f.step} ({f.metric} {_num(f.value)})")
     return text + (f"; {', '.join(parts)} followed" if parts else "")
 
 
-def incident_line(incident: dict[str, Any]) -> str:
+def incident_line(incident: Incident) -> str:
     """"incident 1: <summary>; 8 rules agreed": what a console prints at a stop."""
     agreed = agreement(incident)
-    return f"incident {incident['id']}: {summary(incident)}" + (f"; {agreed}" if agreed else "")
+    return f"incident {incident.id}: {summary(incident)}" + (f"; {agreed}" if agreed else "")
 
 
-def rules_of(incident: dict[str, Any]) -> int:
+def rules_of(incident: Incident) -> int:
     """How many distinct rules agreed: the cause's and every one that followed (one rule on
     two metrics is one rule)."""
-    return len({incident["cause"]["rule"], *(f["rule"] for f in incident.get("followed") or [])})
+    return len({incident.cause.rule, *(f.rule for f in incident.followed)})
 
 
-def agreement(incident: dict[str, Any]) -> str:
+def agreement(incident: Incident) -> str:
     """"3 rules agreed", "3 rules agreed on 2 metrics", "RLG-X fired on 2 metrics", or "" for
     one rule on one metric: what agreed, counted as it is."""
-    members = [incident["cause"], *(incident.get("followed") or [])]
-    rules = {m["rule"] for m in members}
-    metrics = {m["metric"] for m in members}
+    members = [incident.cause, *incident.followed]
+    rules = {m.rule for m in members}
+    metrics = {m.metric for m in members}
     if len(rules) > 1:
         return f"{len(rules)} rules agreed" + (f" on {len(metrics)} metrics" if len(metrics) > 1 else "")
     if len(metrics) > 1:
-        return f"{incident['cause']['rule']} fired on {len(metrics)} metrics"
+        return f"{incident.cause.rule} fired on {len(metrics)} metrics"
     return ""
 
 
@@ -263,10 +266,10 @@ def in_incident(alert: Alert) -> tuple[str, str] | None:
     inc = alert.incident
     if not inc:
         return None
-    c = inc["cause"]
-    if (c["rule"], c["metric"], c["step"]) == (alert.rule, alert.metric, alert.step):
+    c = inc.cause
+    if (c.rule, c.metric, c.step) == (alert.rule, alert.metric, alert.step):
         return None
-    return c["kind"], f"{summary(inc)} [{alert.rule}: {alert.message}]"
+    return c.kind, f"{summary(inc)} [{alert.rule}: {alert.message}]"
 
 
 def _num(v: float | None) -> str:
@@ -275,23 +278,23 @@ def _num(v: float | None) -> str:
     return f"{v:.4g}"
 
 
-def by_incident(alerts: list[Alert]) -> list[tuple[dict | None, list[Alert]]]:
+def by_incident(alerts: list[Alert]) -> list[tuple[Incident | None, list[Alert]]]:
     """Alerts grouped by incident, in order of the incidents' first alerts, each incident as its
     fullest snapshot has it and its cause first; the alerts in no incident (info) last, as one group."""
     groups: dict[int, list[Alert]] = {}
-    latest: dict[int, dict] = {}
+    latest: dict[int, Incident] = {}
     loose = []
     for a in alerts:
         if a.incident:
-            groups.setdefault(a.incident["id"], []).append(a)
-            known = latest.get(a.incident["id"])  # snapshots grow: the fullest is the latest word
-            if known is None or len(a.incident["followed"]) >= len(known["followed"]):
-                latest[a.incident["id"]] = a.incident
+            groups.setdefault(a.incident.id, []).append(a)
+            known = latest.get(a.incident.id)  # snapshots grow: the fullest is the latest word
+            if known is None or len(a.incident.followed) >= len(known.followed):
+                latest[a.incident.id] = a.incident
         else:
             loose.append(a)
-    out: list[tuple[dict | None, list[Alert]]] = []
+    out: list[tuple[Incident | None, list[Alert]]] = []
     for i, members in groups.items():
-        c = latest[i]["cause"]
-        members.sort(key=lambda a: (a.rule, a.metric, a.step) != (c["rule"], c["metric"], c["step"]))
+        c = latest[i].cause
+        members.sort(key=lambda a: (a.rule, a.metric, a.step) != (c.rule, c.metric, c.step))
         out.append((latest[i], members))
     return out + ([(None, loose)] if loose else [])

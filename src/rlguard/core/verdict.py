@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from .alerts import Action, Alert, Decision, Severity, Status
+from .alerts import Action, Alert, Decision, Incident, Severity, Status
 from .keep import Keep
 
 DECISION_KEYS = ("run", "rule", "kind", "severity", "action", "step", "metric", "value", "message", "status",
@@ -62,7 +62,7 @@ class Verdict:
     reason: str = ""
     keep_step: int | None = None  # the best evaluation's step, a hint for the checkpoint to keep
     onset: int | None = None
-    incident: dict | None = None  # the stopping alert's incident (cause, what followed)
+    incident: Incident | None = None  # the stopping alert's incident (cause, what followed)
     rule_kind: str = ""  # the kind of ``rule`` itself (``kind`` is its incident's cause's)
 
     def rule_words(self) -> str:
@@ -97,7 +97,7 @@ class Verdict:
             if d.action is Action.STOP:
                 a = d.alert
                 return cls("stop", d.step, d.kind, a.rule if a else "", d.reason, a.checkpoint_step if a else None,
-                           onset_of(a) if a else None, _incident(a.incident) if a else None,
+                           onset_of(a) if a else None, a.incident if a else None,
                            a.kind if a else "")
             if d.action is Action.CHECKPOINT and first_ckpt is None:
                 a = d.alert
@@ -136,10 +136,7 @@ class Verdict:
 
 def onset_of(alert: Alert) -> int:
     """Where the alert's incident began: its earliest anomaly, else the alert's own step."""
-    inc = alert.incident
-    if isinstance(inc, dict) and isinstance(inc.get("started"), int):
-        return inc["started"]
-    return alert.step
+    return alert.incident.started if alert.incident is not None else alert.step
 
 
 def decision_record(d: Decision, run: str = "") -> dict[str, Any]:
@@ -161,12 +158,12 @@ def stop_record(verdict: Verdict, run: str, source: str, keep: Keep | None = Non
     return {"run": run, "step": verdict.step, "kind": verdict.kind, "rule": verdict.rule,
             "reason": verdict.reason, "keep_step": keep.step if keep else None,
             "checkpoint": keep.path if keep else None, "source": source, "onset": verdict.onset,
-            "incarnation": incarnation, "incident": verdict.incident}
+            "incarnation": incarnation, "incident": _incident(verdict.incident)}
 
 
-def _incident(inc: dict | None) -> dict | None:
+def _incident(inc: Incident | None) -> dict | None:
     """An alert's incident for the stop record: what the incident is, not the alert's place in it."""
-    return None if inc is None else {k: v for k, v in inc.items() if k != "inhibited"}
+    return None if inc is None else {k: v for k, v in inc.to_dict().items() if k != "inhibited"}
 
 
 class RunRecords:

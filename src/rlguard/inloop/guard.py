@@ -189,7 +189,7 @@ class InLoopGuard:
             self.alarms += 1
             if a.severity != Severity.WARNING or (d.action == Action.STOP and not self.warn_stops):
                 continue
-            key = a.incident.get("id") if isinstance(a.incident, dict) else (a.rule, a.metric)
+            key = a.incident.id if a.incident is not None else (a.rule, a.metric)
             if key not in self._warned:
                 self._warned.add(key)
                 log.warning("rlguard: warning at step %d: %s [%s, rule %s]", a.step, a.message, a.kind, a.rule)

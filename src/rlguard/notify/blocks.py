@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-from ..core.alerts import Action, Alert, Kind, Status
+from ..core.alerts import Action, Alert, Incident, Kind, Status
 from ..core.incidents import kind_words, summary
 from ..core.keep import before_incident
 from ..core.alerts import hints as rule_hints
@@ -194,8 +194,8 @@ def _single_firing(a: Alert, message: Message) -> list[dict[str, Any]]:
     if a.line is not None:
         fields.append(_field("Log line", a.line))
     inc = a.incident
-    cause = (_titled(f"Incident {inc['id']}", summary(inc))
-             if inc and (inc["cause"]["rule"], inc["cause"]["metric"]) != (a.rule, a.metric) else None)
+    cause = (_titled(f"Incident {inc.id}", summary(inc))
+             if inc and (inc.cause.rule, inc.cause.metric) != (a.rule, a.metric) else None)
     blocks = [_header(head), {"type": "section", "fields": fields[:MAX_FIELDS]},
               _titled("Why", a.message), cause, _hints([a])]
     return [b for b in blocks if b is not None] + [_footer(message)]
@@ -262,25 +262,25 @@ def _alert_line(a: Alert, fired: Alert | None = None, note: str = "") -> dict[st
     return _section(head + "\n" + fit(_details(a), max(0, MAX_TEXT - _units(head) - 1)))
 
 
-def _incident_line(inc: dict[str, Any], members: list[Alert]) -> dict[str, Any]:
+def _incident_line(inc: Incident, members: list[Alert]) -> dict[str, Any]:
     """One incident: its cause, what followed, how many rules agreed, the strongest action."""
-    worst, c = _worst(members), inc["cause"]
-    rules = {c["rule"], *(f["rule"] for f in inc.get("followed") or []), *(a.rule for a in members)}
-    metrics = {c["metric"], *(f["metric"] for f in inc.get("followed") or []), *(a.metric for a in members)}
+    worst, c = _worst(members), inc.cause
+    rules = {c.rule, *(f.rule for f in inc.followed), *(a.rule for a in members)}
+    metrics = {c.metric, *(f.metric for f in inc.followed), *(a.metric for a in members)}
     agreed = (f"{len(rules)} rules agreed" + (f" on {len(metrics)} metrics" if len(metrics) > 1 else "")
               if len(rules) > 1 else f"fired on {len(metrics)} metrics" if len(metrics) > 1 else "")
-    onset = c.get("onset")
-    since = f", abnormal since step {_num(onset)}" if isinstance(onset, int) and onset < c["step"] else ""
-    head = (f"{_EMOJI.get(worst.severity, ':warning:')} *{fit(kind_words(c['kind']), 60)} at step "
-            f"{_num(c['step'])}*{since} · cause `{fit(c['metric'], MAX_VALUE)}` = {_num(fmt_value(c['value']))} "
-            f"· rule {fit(c['rule'], MAX_VALUE)}" + (f" · {agreed}" if agreed else "")
+    onset = c.onset
+    since = f", abnormal since step {_num(onset)}" if isinstance(onset, int) and onset < c.step else ""
+    head = (f"{_EMOJI.get(worst.severity, ':warning:')} *{fit(kind_words(c.kind), 60)} at step "
+            f"{_num(c.step)}*{since} · cause `{fit(c.metric, MAX_VALUE)}` = {_num(fmt_value(c.value))} "
+            f"· rule {fit(c.rule, MAX_VALUE)}" + (f" · {agreed}" if agreed else "")
             + f" · {fit(action_text(worst), 200)}")
-    seen, after = {c["kind"]}, []
-    for f in inc.get("followed") or []:
-        if f["kind"] not in seen:
-            seen.add(f["kind"])
-            after.append(f"{kind_words(f['kind'])} at step {f['step']} ({f['metric']} {fmt_value(f['value'])})")
-    shown = [a for a in members if not (a.incident or {}).get("inhibited")] or members[:1]
+    seen, after = {c.kind}, []
+    for f in inc.followed:
+        if f.kind not in seen:
+            seen.add(f.kind)
+            after.append(f"{kind_words(f.kind)} at step {f.step} ({f.metric} {fmt_value(f.value)})")
+    shown = [a for a in members if not (a.incident and a.incident.inhibited)] or members[:1]
     hidden = len({(a.rule, a.metric) for a in members}) - len({(a.rule, a.metric) for a in shown})
     rules = ("rules: " + ", ".join(dict.fromkeys(f"{a.rule} on `{a.metric}`" for a in shown))
              + (f" (+{hidden} inhibited: a stronger rule of the same kind speaks for them)" if hidden > 0 else ""))
@@ -308,9 +308,9 @@ def _grouped(message: Message) -> list[dict[str, Any]]:
     elif firing:
         worst = _worst(firing)
         head = f"{_EMOJI.get(worst.severity, ':warning:')} {len(firing)} {'new ' if message.still else ''}alerts firing"
-        incidents = {a.incident["id"]: a.incident for a in firing if a.incident}
+        incidents = {a.incident.id: a.incident for a in firing if a.incident}
         if len(incidents) == 1 and all(a.incident for a in firing):
-            head += f": one incident, {kind_words(next(iter(incidents.values()))['cause']['kind'])}"
+            head += f": one incident, {kind_words(next(iter(incidents.values())).cause.kind)}"
         elif incidents:
             head += f" in {len(incidents)} incidents"
         if resolved:
@@ -351,7 +351,7 @@ def fallback_text(message: Message) -> str:
     """The notification text (shown where blocks are not: push notifications, old clients)."""
     a = message.alerts[0]
     if len(message.alerts) > 1:
-        named = [f"{inc['cause']['kind']} incident (from step {inc['started']})" if inc else a.kind
+        named = [f"{inc.cause.kind} incident (from step {inc.started})" if inc else a.kind
                  for inc, members in by_incident(message.firing) for a in (members[:1] if inc else members)]
         kinds = ", ".join(dict.fromkeys(named + [x.kind for x in message.resolved]))
         text = (f"rlguard: {len(message.firing)} firing, {len(message.resolved)} resolved "
