@@ -65,6 +65,10 @@ class Verdict:
     incident: Incident | None = None  # the stopping alert's incident (cause, what followed)
     rule_kind: str = ""  # the kind of ``rule`` itself (``kind`` is its incident's cause's)
 
+    def __post_init__(self) -> None:  # an incident read back from a record becomes the dataclass
+        if isinstance(self.incident, dict):
+            object.__setattr__(self, "incident", Incident.from_dict(self.incident))
+
     def rule_words(self) -> str:
         """"kl_high, rule RLG-KL-HIGH", or, where the rule that decided is not the incident's
         cause: "kl_high; decided by rule RLG-ALL-GROUPS-ZERO-STD (reward_variance_collapse)":
