@@ -17,12 +17,13 @@ COPY pyproject.toml README.md /tmp/rlguard-src/
 COPY src/ /tmp/rlguard-src/src/
 COPY trainer/ /tmp/rlguard-src/trainer/
 
-# `.[slack]` only: the monitor core and slack-sdk. The `trainer` extra (torch, transformers)
+# `.[slack,otlp]` only: the monitor core, slack-sdk and opentelemetry-proto (POST /v1/logs,
+# the chart's collector.enabled). The `trainer` extra (torch, transformers)
 # is not installed. The wheel does not carry the rules (src/rlguard/rules is a link to the
 # top-level rules/), so the installed package's rules/ is linked to /opt/rlguard/rules.
 WORKDIR /tmp/rlguard-src
 RUN ln -s /opt/rlguard/rules rules \
- && pip install ".[slack]" \
+ && pip install ".[slack,otlp]" \
  && pkg="$(python -c 'import pathlib, rlguard; print(pathlib.Path(rlguard.__file__).parent)')" \
  && rm -rf "$pkg/rules" \
  && ln -s /opt/rlguard/rules "$pkg/rules" \

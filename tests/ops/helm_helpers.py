@@ -16,7 +16,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "helm" / "rlguard"
 VALUES_DIR = REPO / "ops" / "helm-values"
-VALUES_FILES = ["default.yaml", "full.yaml", "minimal.yaml", "sharded.yaml"]
+VALUES_FILES = ["default.yaml", "full.yaml", "minimal.yaml", "sharded.yaml", "collector.yaml"]
 HELM = REPO / ".tools" / "bin" / "helm"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 #: A Kubernetes version kubernetes-validate bundles (offline), and the chart's kubeVersion allows.
@@ -102,8 +102,9 @@ def one(docs: list[dict], kind: str, suffix: str = "") -> dict:
     return found[0]
 
 
-def container(docs: list[dict]) -> dict:
-    (c,) = one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"]
+def container(docs: list[dict], name: str = "rlguard") -> dict:
+    """The StatefulSet's container ``name``: the daemon, or the collector's forwarder beside it."""
+    (c,) = [c for c in one(docs, "StatefulSet")["spec"]["template"]["spec"]["containers"] if c["name"] == name]
     return c
 
 

@@ -62,6 +62,8 @@ Paths inside the pod. The daemon config names them, and the Deployment mounts th
 {{- define "rlguard.defaultPack" -}}/opt/rlguard/rules/default.yaml{{- end }}
 {{- define "rlguard.slackDir" -}}/etc/rlguard/slack{{- end }}
 {{- define "rlguard.slackFile" -}}{{ include "rlguard.slackDir" . }}/webhook-url{{- end }}
+{{- define "rlguard.alertmanagerDir" -}}/etc/rlguard/alertmanager{{- end }}
+{{- define "rlguard.alertmanagerTokenFile" -}}{{ include "rlguard.alertmanagerDir" . }}/token{{- end }}
 {{- define "rlguard.receiverDir" -}}/etc/rlguard/slack-receivers/{{ . }}{{- end }}
 {{- define "rlguard.handoffDir" -}}/var/lib/rlguard-handoff{{- end }}
 
@@ -101,6 +103,18 @@ of .Values.slack. Never the webhook URL: the Deployment passes the Secret's file
 {{- if $routes }}{{ $_ := set $slack "routes" $routes }}{{ end -}}
 {{- $cfg := dict "watch" $c.watch "state_dir" (include "rlguard.stateDir" .) "listen" (include "rlguard.listen" .) "poll_interval" $c.pollInterval "eval_interval" $c.evalInterval "quiet_interval" $c.quietInterval "eval_budget" $c.evalBudget "discover_interval" $c.discoverInterval "save_interval" $c.saveInterval "stall_after" $c.stallAfter "max_runs" $c.maxRuns "max_metrics_per_run" $c.maxMetricsPerRun "stop" $stop "slack" $slack -}}
 {{- with $c.pathTemplate }}{{ $_ := set $cfg "path_template" . }}{{ end -}}
+{{- $am := .Values.alertmanager -}}
+{{- if $am.urls }}
+{{- $amc := dict "urls" $am.urls "resend_interval" $am.resendInterval }}
+{{- if $am.existingSecret }}{{ $_ := set $amc "token_file" (include "rlguard.alertmanagerTokenFile" .) }}{{ end }}
+{{- $_ := set $cfg "alertmanager" $amc }}
+{{- end }}
+{{- if .Values.collector.enabled }}
+{{- /* pushed lines are placed by name under a watch root: the node's log directory is one */}}
+{{- $dir := include "rlguard.collectorLogDir" . }}
+{{- if not (has $dir $c.watch) }}{{ $_ := set $cfg "watch" (append $c.watch $dir) }}{{ end }}
+{{- $_ := set $cfg "otlp" (dict "max_line" (int .Values.collector.maxLogSize)) }}
+{{- end }}
 {{- with $c.cluster }}{{ $_ := set $cfg "cluster" . }}{{ end -}}
 {{- if .Values.handoff.volume }}
 {{- $_ := set $cfg "handoff_dir" (include "rlguard.handoffDir" .) }}
@@ -171,4 +185,15 @@ carry notify="daemon" and the example Alertmanager route keeps them off the page
 {{- fail "alertPath=alertmanager sends through Alertmanager, and slack.existingSecret makes the daemon send too: a person would be paged twice. Unset slack.existingSecret (and slack.receivers), or use alertPath=daemon" }}
 {{- end }}
 {{- $path -}}
+{{- end }}
+
+{{/*
+The daemon posting to Alertmanager (alertmanager.urls) and sending Slack itself
+(slack.existingSecret, slack.receivers) would notify everyone twice: Alertmanager routes the
+same alerts to Slack. One or the other (docs/slack.md, "Alertmanager or the built-in Slack path").
+*/}}
+{{- define "rlguard.checkAlertmanager" -}}
+{{- if and .Values.alertmanager.urls (or .Values.slack.existingSecret .Values.slack.receivers) }}
+{{- fail "alertmanager.urls makes the daemon post its alerts to Alertmanager, and slack.existingSecret makes it send them to Slack too: a person would be paged twice. Unset slack.existingSecret (and slack.receivers), and route in Alertmanager" }}
+{{- end }}
 {{- end }}
