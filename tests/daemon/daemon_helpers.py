@@ -131,24 +131,22 @@ def flush_events(w) -> None:
         w.flush()
 
 
-def handoff_config(tmp_path: Path, handoff_interval: float = 60.0, **more) -> "DaemonConfig":
-    """A daemon on ``tmp_path/runs`` that judges at every poll, saves every 30 s and publishes to
-    ``tmp_path/handoff`` (lease 120 s)."""
+def saving_config(tmp_path: Path, **more) -> "DaemonConfig":
+    """A daemon on ``tmp_path/runs`` that judges at every poll and saves every 30 s."""
     from rlguard.daemon.config import DaemonConfig
 
     return DaemonConfig(watch=[str(tmp_path / "runs")], state_dir=str(tmp_path / "state"), eval_interval=0,
-                        handoff_dir=str(tmp_path / "handoff"), save_interval=30.0,
-                        handoff_interval=handoff_interval, handoff_lease=120.0, **more)
+                        save_interval=30.0, **more)
 
 
 def polled_twice(tmp_path: Path, runs: int):
-    """A daemon (:func:`handoff_config`, its clock at 1000) that read ``runs`` runs ``r0``... of 5
+    """A daemon (:func:`saving_config`, its clock at 1000) that read ``runs`` runs ``r0``... of 5
     steps in one poll, then 2 more steps of each in a second: every run saved once, changed since."""
     from rlguard.daemon.service import Daemon
 
     for i in range(runs):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
-    d = Daemon(handoff_config(tmp_path), clock=lambda: 1000.0)
+    d = Daemon(saving_config(tmp_path), clock=lambda: 1000.0)
     d.poll()
     for i in range(runs):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(6, 2))

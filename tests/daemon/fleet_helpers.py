@@ -151,7 +151,7 @@ def audit(bodies: list[dict]) -> dict:
 
 
 def shard(tmp: Path, i: int, n: int, cfg: Path, hook: Path, root: Path, port: int | None = None) -> DaemonProc:
-    """Shard i of n: its own state dir and log, the shared handoff dir and config."""
+    """Shard i of n: its own state dir and log, the shared config."""
     d = DaemonProc(tmp, "--shard", f"{i}/{n}", "--config", str(cfg), "--slack-webhook-url-file", str(hook),
                    watch=[str(root)], name=f"-{i}")
     if port is not None:
@@ -162,6 +162,6 @@ def shard(tmp: Path, i: int, n: int, cfg: Path, hook: Path, root: Path, port: in
 def fleet_config(tmp: Path, root: Path) -> Path:
     cfg = tmp / "fleet.yaml"
     cfg.write_text(f"path_template: {root}/{{team}}/{{user}}/{{run}}\ncluster: test-a\n"
-                   f"handoff_dir: {tmp / 'handoff'}\nhandoff_interval: 1\nhandoff_lease: 6\nsave_interval: 1\n"
+                   "save_interval: 1\n"
                    "slack:\n  group_wait: 0\n  group_interval: 1\n  repeat_interval: 36000\n")
     return cfg

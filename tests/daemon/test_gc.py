@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import math
 
-from daemon_helpers import append, constant_reward, flush_events, handoff_config, healthy
+from daemon_helpers import append, constant_reward, flush_events, healthy, saving_config
 from test_layouts import checkpoint, tb_run
 
 from rlguard.daemon.service import Daemon
@@ -34,7 +34,7 @@ def test_polls_saves_and_alerts_leave_no_reference_cycle(tmp_path):
     root = tmp_path / "runs"
     write(root, 12, 1)
     tb = tb_run(root / "tb", healthy(1, 12))
-    d = Daemon(handoff_config(tmp_path), clock=lambda: 1000.0)
+    d = Daemon(saving_config(tmp_path), clock=lambda: 1000.0)
     d.poll()  # first pass: monitors built (one-time objects: compiled patterns, caches)
     enabled = gc.isenabled()
     gc.collect()
@@ -48,7 +48,6 @@ def test_polls_saves_and_alerts_leave_no_reference_cycle(tmp_path):
             gc.collect()  # (the writers' own garbage: tensorboardX's thread makes some)
             d.poll()
             d.save(paced=False)
-            d.fleet.publish(d.runs, list(d.runs))  # (the handoff records every run's state)
             d.notify()
             assert gc.collect() == 0
     finally:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import threading
 
-from daemon_helpers import append, handoff_config, healthy, polled_twice
+from daemon_helpers import append, healthy, polled_twice, saving_config
 
 from rlguard.daemon import saving
 from rlguard.daemon.config import DaemonConfig
@@ -96,56 +96,16 @@ def test_the_first_reads_of_a_pass_are_saved_in_slices_too(tmp_path, monkeypatch
     assert not any(m.never_saved for m in d.runs.values()) and len(d.store.load()) == RUNS
 
 
-def test_the_handoff_share_is_published_slice_by_slice_with_the_lock_let_go_between(tmp_path, monkeypatch):
-    """After a save, the share of changed runs due for the handoff dir is written a slice at a
-    time too (a 10,000-run daemon's share, 2,500 runs, held the lock ~2 s in one go): each slice
-    under the lock, let go between; every run published; a slice that cannot be written stops
-    the share, and the runs not written stay waiting for the next save."""
-    monkeypatch.setattr(saving, "SAVE_SLICE", 3)
-    for i in range(RUNS):
-        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
-    clock = [1000.0]
-    cfg = handoff_config(tmp_path)
-    d = Daemon(cfg, clock=lambda: clock[0])
-    d.poll()
-    for m in d.runs.values():
-        m.changed = True
-    d.lock = lock = CountingLock()
-    calls: list[tuple[int, int, bool]] = []  # (runs, free moments so far, the lock held by the publisher)
-    publish = d.fleet.publish
-
-    def counted(runs, keys):
-        calls.append((len(keys), lock.free, lock.depth > 0))
-        return publish(runs, keys)
-
-    d.fleet.publish = counted
-    clock[0] = 1060.0  # a whole handoff interval since the start: every changed run is due
-    d.save()
-    assert [n for n, _, _ in calls] == [3, 3, 1] and all(held for _, _, held in calls)
-    assert calls[0][1] < calls[1][1] < calls[2][1]  # let go between every two slices
-    assert all(d.fleet.store.read(k) is not None for k in d.runs) and not d.fleet.dirty
-    for m in d.runs.values():
-        m.changed = True
-    failing = iter([publish, lambda runs, keys: [("handoff", "handoff record not writable")]])
-    d.fleet.publish = lambda runs, keys: next(failing)(runs, keys)
-    clock[0] = 1120.0
-    d.save()
-    assert len(d.fleet.dirty) == RUNS - 3  # the first slice written, the rest wait
-    assert "handoff" in d.problems
-
-
 def test_a_run_saved_at_its_first_read_is_not_written_again_by_the_next_save(tmp_path):
     """A first pass saves every run it read at once; the periodic save after it wrote them all
     again (10,000 states, seconds of CPU while polls waited). A run saved at once is saved as it
-    is (not ``changed``), waits for its turn in the handoff dir as a periodically saved run does,
-    and the periodic save writes only what changed since."""
+    is (not ``changed``), and the periodic save writes only what changed since."""
     for i in range(RUNS):
         append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
-    cfg = handoff_config(tmp_path)
+    cfg = saving_config(tmp_path)
     d = Daemon(cfg, clock=lambda: 1000.0)
     d.poll()
     assert len(d.store.load()) == RUNS and not any(m.changed or m.never_saved for m in d.runs.values())
-    assert sorted(d.fleet.dirty) == sorted(d.runs)  # each waits for its publication
     written: list[str] = []
     write = d.saver.write_rows
     d.saver.write_rows = lambda rows: write([written.append(r[0]) or r for r in rows])
@@ -156,27 +116,6 @@ def test_a_run_saved_at_its_first_read_is_not_written_again_by_the_next_save(tmp
     d.save()
     assert written == [str(tmp_path / "runs" / "r3" / "metrics.jsonl")]
     assert d.store.load()[written[0]]["tail"]["count"] == 7
-
-
-def test_the_handoff_shares_count_from_the_end_of_the_first_pass(tmp_path):
-    """The first pass judges every run's history (a minute or more at 10,000 runs). Counted from the
-    start, the first save after it found most of a handoff interval gone and published most runs at
-    once (8,300 of 10,000: a 20 s poll pass, the NaNs it read waiting as long); counted from the end
-    of the first pass, it publishes the share of the time since."""
-    for i in range(8):
-        append(tmp_path / "runs" / f"r{i}" / "metrics.jsonl", healthy(1, 5))
-    clock = [1000.0]
-    cfg = handoff_config(tmp_path, handoff_interval=120.0)
-    d = Daemon(cfg, clock=lambda: clock[0])
-    clock[0] = 1100.0  # the first pass ends 100 s after the start
-    d.poll()
-    clock[0] = 1130.0  # the first save, 30 s later: a quarter of the interval
-    d.save()
-    published = [k for k in d.runs if d.fleet.store.read(k) is not None]
-    assert len(published) == 2 and len(d.fleet.dirty) == 6
-    clock[0] = 1250.0  # a whole interval since the last share: every run
-    d.save()
-    assert all(d.fleet.store.read(k) is not None for k in d.runs) and not d.fleet.dirty
 
 
 def test_a_run_whose_state_cannot_be_encoded_is_not_marked_saved_and_is_saved_once_it_can(tmp_path):

@@ -40,8 +40,6 @@ def add_daemon(sub) -> None:
     d.add_argument("--stall-after", type=float, help="seconds without a new step before a stall alert (default 1800)")
     d.add_argument("--shard", metavar="I/N", help="watch only the runs whose path hashes to I mod N (Prometheus's "
                                                   "hashmod); POD_NAME-I/N takes I from a StatefulSet pod name")
-    d.add_argument("--handoff-dir", metavar="DIR", help="a directory all shards share: runs change hands there, "
-                                                        "with their state, when the shard count changes")
     d.add_argument("--path-template", metavar="TEMPLATE", help="team, user and run labels from run paths, e.g. "
                                                                "/runs/{team}/{user}/{run}")
     d.add_argument("--cluster", help="a cluster label on every run's alerts and series")
@@ -90,7 +88,7 @@ def cmd_daemon(args: argparse.Namespace) -> int:
                                     "default_rules": False if args.no_default_rules else None,
                                     "stall_after": args.stall_after, "eval_interval": args.eval_interval,
                                     "quiet_interval": args.quiet_interval, "eval_budget": args.eval_budget,
-                                    "shard": args.shard, "handoff_dir": args.handoff_dir,
+                                    "shard": args.shard,
                                     "path_template": args.path_template, "cluster": args.cluster,
                                     "alertmanager_url": args.alertmanager_url})
     if args.slack_webhook_url_file:

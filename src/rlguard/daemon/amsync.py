@@ -14,7 +14,12 @@ Two inputs, because each alone misses something:
   same labels, no new notification); and a run relaunched in its directory, judged afresh,
   resolves what its old watchdog had firing.
 
-Runs judged as history (found already ended) are left out: judged, never announced. Posting
+Runs judged as history are left out: judged, never announced. A run found already ended stays
+out; a run a shard took over joins once its log has been read to the end (:mod:`.fleet`): its
+firing set then (what fired under its previous owner and still fires) is posted, and
+Alertmanager merges it into what the previous owner posted (same labels, same fingerprint), so
+nothing is repeated, and nothing resolves for lack of a sender as long as the takeover takes less
+than the alerts' ``endsAt`` margin (4 resend intervals). Posting
 happens in the ``alertmanager`` job's thread, outside the daemon's lock; a failing Alertmanager
 never blocks the watch: its failure is a problem on ``/healthz`` and one log line per change,
 and its alerts are retried at the next tick.
@@ -36,7 +41,6 @@ from .view import Changes, record
 
 if TYPE_CHECKING:
     from .config import DaemonConfig
-    from .fleet import Fleet
     from .runs import RunMonitor
 
 log = logging.getLogger("rlguard.daemon")
@@ -68,14 +72,13 @@ def _builtin(mon: RunMonitor, rule, step: int, message: str) -> Alert:
 class AlertmanagerSync:
     """The alerts this daemon keeps in Alertmanager, and their posting (see the module doc).
 
-    It works on the daemon's ``lock`` and ``runs`` (read at each post), its ``fleet`` (a daemon
-    stopping has released its runs: nothing more is told from here) and its ``problems`` (what
+    It works on the daemon's ``lock`` and ``runs`` (read at each post) and its ``problems`` (what
     ``/healthz`` says); with no ``alertmanager.urls`` it does nothing and schedules no job."""
 
-    def __init__(self, cfg: DaemonConfig, lock, runs: dict[str, RunMonitor], fleet: Fleet,
+    def __init__(self, cfg: DaemonConfig, lock, runs: dict[str, RunMonitor],
                  problems: dict[str, str], clock: Callable[[], float], env: dict[str, str] | None = None) -> None:
         am = cfg.alertmanager
-        self.lock, self.runs, self.fleet, self.problems, self.clock = lock, runs, fleet, problems, clock
+        self.lock, self.runs, self.problems, self.clock = lock, runs, problems, clock
         self.client = AlertmanagerClient(am.urls, am.timeout,
                                          authorization(am.token_file, am.username, am.password_file, env))
         self.table = AlertTable(am.resend_interval, am.resolved_retention)
@@ -100,7 +103,7 @@ class AlertmanagerSync:
 
     def told(self, alerts: list[Alert]) -> None:
         """Alerts the daemon tells now, as they fire or resolve (under the daemon's lock)."""
-        if alerts and self.configured and not self.fleet.released:  # (released: other shards tell)
+        if alerts and self.configured:
             with self.table_lock:
                 self.table.told(alerts, self.clock(), {a.run: self.generator(a.run) for a in alerts}, EVENTS)
 
@@ -108,8 +111,6 @@ class AlertmanagerSync:
         """The job: what fires now read under the daemon's lock, posted outside it; a failing
         Alertmanager is a problem on /healthz (said once per change), never an exception."""
         with self.lock:
-            if self.fleet.released:  # stopping: its runs are other shards' now
-                return
             self.collect(self.runs.values(), self.clock())
         record(self.problems, self.send(self.clock()))
 

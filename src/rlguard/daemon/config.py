@@ -199,19 +199,12 @@ class DaemonConfig(BaseModel):
     slack: SlackConfig = Field(default_factory=SlackConfig)
     otlp: OtlpConfig = Field(default_factory=OtlpConfig)
     alertmanager: AlertmanagerConfig = Field(default_factory=AlertmanagerConfig)
-    # a fleet: shards, labels from paths, handing runs over
+    # a fleet: shards, labels from paths
     shard: str | None = Field(None, description="I/N: watch only the runs whose key hashes to I mod N "
                               "(or POD_NAME-I/N in a StatefulSet)")
     path_template: str | None = Field(None, description="e.g. /runs/{team}/{user}/{run}: team, user and run "
                                       "labels from a run's path")
     cluster: str | None = Field(None, max_length=128, description="a cluster label on every run's alerts and series")
-    handoff_dir: str | None = Field(None, description="a directory every shard shares, where runs are handed over "
-                                    "when the shard count changes")
-    handoff_interval: float = Field(60.0, gt=0, description="how old a run's published state in handoff_dir may "
-                                    "grow, about (changed runs are published a share at each save, the longest "
-                                    "waiting first; runs that alerted at once)")
-    handoff_lease: float = Field(60.0, gt=0, description="seconds after which a shard that neither heartbeats nor "
-                                 "released its runs is taken as dead")
 
     @field_validator("shard")
     @classmethod
@@ -249,6 +242,10 @@ class DaemonConfig(BaseModel):
         return host.strip("[]"), int(port)
 
 
+#: settings of the handoff dir, removed (issue 50): said so, rather than "extra inputs are not permitted"
+REMOVED = ("handoff_dir", "handoff_interval", "handoff_lease")
+
+
 def load_config(path: str | Path | None, overrides: dict) -> DaemonConfig:
     """The config file (errors name its line), then the flags over it (errors are one line:
     ``--flag: what is wrong``)."""
@@ -256,6 +253,10 @@ def load_config(path: str | Path | None, overrides: dict) -> DaemonConfig:
     overrides = dict(overrides)
     am_urls = overrides.pop("alertmanager_url", None)  # --alertmanager-url: replaces alertmanager.urls
     base.update({k: v for k, v in overrides.items() if v not in (None, [], ())})
+    gone = [k for k in REMOVED if k in base]
+    if gone:
+        raise InputError(f"{gone[0]}: no longer a setting: shards share no state (a run that changes owner is "
+                         "replayed from its log by its new one, see docs/fleet.md); remove it from the config")
     if am_urls:
         base["alertmanager"] = {**base.get("alertmanager", {}), "urls": list(am_urls)}
     try:

@@ -23,8 +23,7 @@ Exported (names follow Prometheus conventions; ``promtool check metrics`` is cle
   ``rlguard_runs_dropped_total``, ``rlguard_last_poll_timestamp_seconds``,
   ``rlguard_rule_reloads_total``, ``rlguard_notifications{state}`` (pending/sent/dead);
 - sharding: ``rlguard_shard_info{shard,shards}`` (1), ``rlguard_shards`` (N),
-  ``rlguard_runs_other_shards`` (runs found that other shards own), ``rlguard_runs_waiting``
-  (runs this shard owns, waiting for a shard of the previous count to release them).
+  ``rlguard_runs_other_shards`` (runs found that other shards own).
 
 With a path template or a cluster, every per-run series also carries ``cluster``, ``team`` and
 ``user`` (those configured), after ``run``: one value each per run, so no more series.
@@ -113,8 +112,6 @@ DAEMON_FAMILIES = (
     _gauge("shard_info", "rlguard_shard_info", "This daemon's shard (I of N)", "shard", "shards"),
     _gauge("shards", "rlguard_shards", "Shards the runs are split over (N)"),
     _gauge("other_shards", "rlguard_runs_other_shards", "Runs found that other shards own"),
-    _gauge("waiting", "rlguard_runs_waiting", "Runs this shard owns, waiting for a shard of the previous shard "
-           "count to release them"),
     _gauge("notifications", "rlguard_notifications", "Notifications in the outbox by state", "state"),
 )
 
@@ -159,7 +156,7 @@ def daemon_samples(d: DaemonState, stats: dict[str, int] | None) -> list[tuple[F
         "poll_seconds": [((), d.poll_seconds)], "eval_waiting": [((), d.waiting_evaluation)],
         "runs_judged": [((), d.runs_judged)],
         "shard_info": [((str(shard.index), str(shard.count)), 1)], "shards": [((), shard.count)],
-        "other_shards": [((), shard.other_shards)], "waiting": [((), shard.waiting)]}
+        "other_shards": [((), shard.other_shards)]}
     if stats:
         rows["notifications"] = [((state,), n) for state, n in sorted(stats.items())]
     return [(f, rows[f.key]) for f in DAEMON_FAMILIES if f.key in rows]

@@ -6,9 +6,16 @@
   record, a final checkpoint (``trainer_state.json`` at ``max_steps``), or the trainer's PID
   file naming a process that is gone (only ``/proc`` is read). A quiet run with such evidence
   gets no stall alert, and a stall alert already firing resolves with the evidence.
-- **History**: a run first found with files quiet for longer than ``stall_after`` ended before
-  this daemon saw it. Its records are judged for the record (``/status``, ``/metrics``), but it
-  is never acted on: no stop request, no Slack message, no stall alert.
+- **History**: records judged for the record (``/status``, ``/metrics``), never acted on: no
+  stop request, no Slack message, no stall alert. Two kinds, one flag (``RunInfo.history``):
+  a run first found with files quiet for longer than ``stall_after`` ended before this daemon
+  saw it (history while its log stays quiet); and a run a shard *took over*
+  (``RunInfo.taken_over``, :mod:`.fleet`): what its log held when the shard gained it happened
+  under its previous owner, so it is history up to the log's end at takeover, where the
+  shard's first complete read of the log stops; from the next record on it is watched live.
+  Caught up, its quiet is judged silently (:func:`caught_up`): a stall or an overdue heartbeat
+  that began before the takeover fires without being told (as the previous owner had it), a
+  run that ended is retired.
 - **Retired**: an ended run, a run that logged nothing for ``stall_after``, or a run quiet for
   ``retire_after`` (its stall warning resolved as "counted as ended") frees its slot under
   ``max_runs``. Its state stays saved with the signature of its log (inode, size, mtime); it is
@@ -160,17 +167,45 @@ def still_history(mon: RunMonitor, stall_after: float) -> bool:
 
 
 # ---------------------------------------------------------------- the daemon's side
-def judged_as_history(mon: RunMonitor, alerts: list[Alert], stall_after: float) -> bool:
-    """True for a run that ended before this daemon found it (and is still quiet): its alerts
-    are logged for the record, never acted on (no stop request, no Slack message)."""
-    if mon.info.history and not still_history(mon, stall_after):
-        mon.info.history = False
+def judged_as_history(mon: RunMonitor, alerts: list[Alert], cfg: DaemonConfig, now: float) -> bool:
+    """True for a run whose records just judged are history (see the module doc): its alerts
+    are logged for the record, never acted on (no stop request, no Slack message). A run taken
+    over stops being history once its log has been read to the end (the records of that poll
+    are still history)."""
+    info = mon.info
+    if info.history and info.taken_over is None and not still_history(mon, cfg.stall_after):
+        info.history = False
         log.info("%s: written again: watched live", mon.path)
-    if mon.info.history:
-        for a in alerts:
-            log.info("[%s] (history, not acted on) %s %s %s step %s: %s", a.run, a.status, a.severity,
-                     a.rule, a.step, a.message)
-    return bool(mon.info.history)
+    if not info.history:
+        return False
+    for a in alerts:
+        log.info("[%s] (history, not acted on) %s %s %s step %s: %s", a.run, a.status, a.severity,
+                 a.rule, a.step, a.message)
+    if info.taken_over is not None and not mon.pending and not mon.tail.state.more:
+        caught_up(mon, now, cfg)
+    return True
+
+
+def caught_up(mon: RunMonitor, now: float, cfg: DaemonConfig) -> None:
+    """A run taken over has been read to the end: watched live from its next record. Its quiet
+    is judged now, silently: what fires (a stall, an overdue heartbeat) began before the
+    takeover; the previous owner told it. Its last update is its log's last write (the records
+    were read now, written before)."""
+    info = mon.info
+    info.history, mon.changed = False, True
+    if info.last_update:
+        info.last_update = min(info.last_update, _mtime(mon.log, info.last_update))
+    overdue.check(mon, now, cfg.heartbeat_grace)  # (firing from now, not told: see amsync.firing_now)
+    judge_quiet(mon, now, cfg)  # (a stall fires untold; an ended run is retired at the next stall check)
+    log.info("%s: taken over at step %s: its log read to the end (history, not acted on); watched live from "
+             "its next record", mon.path, info.last_step)
+
+
+def _mtime(path: str, default: float) -> float:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return default
 
 
 class Retirements:

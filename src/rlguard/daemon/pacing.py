@@ -1,8 +1,7 @@
 """How a background job shares the interpreter with the poll pass.
 
 A periodic save of thousands of runs costs seconds of CPU (each run's state built and encoded
-under the daemon's lock, 250 runs a hold), and so does the handoff share published after it.
-Run flat out, the save took half the interpreter from the poll thread (CPython hands the GIL
+under the daemon's lock, 250 runs a hold). Run flat out, the save took half the interpreter from the poll thread (CPython hands the GIL
 over every 5 ms): a poll pass under way grew from 3 to 9 s at 10,000 runs, and a NaN it was
 about to read waited as long (``bench/fleet_load.py``: the 9-10 s passes came every 30 s,
 with the saves). :class:`Paced` takes the lock as the job asks, and after each hold sleeps

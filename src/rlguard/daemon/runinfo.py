@@ -3,7 +3,7 @@ scrape time and the store saves with the run (:func:`info_dict`)."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 
 @dataclass
@@ -31,11 +31,16 @@ class RunInfo:
     stop_told: str | None = None  # fingerprint of the stop record told last (or found at first sight)
     stop_body: dict | None = None  # a pushed run's stop request, held for it to fetch (see .pushed)
     incarnation: str | None = None  # the run start seen last (rlguard/incarnation.json)
-    epoch: int = 0  # ownership changes between shards (see rlguard.daemon.fleet)
     ended: str | None = None  # the evidence that the run ended (see .lifecycle)
-    history: bool = False  # found already quiet for longer than stall_after: judged, never acted on
+    history: bool = False  # judged, never acted on: found already quiet for longer than stall_after, or taken over
+    taken_over: float | None = None  # when a shard gained the run: history until its log is read to the end
     retired: list | None = None  # the log's signature when the run was retired (see .lifecycle)
 
+
+def load_info(saved: dict) -> RunInfo:
+    """A saved ``info``; keys of fields since removed are dropped (``epoch``: the handoff's, before
+    shards shared nothing), so a state saved by an older daemon still loads."""
+    return RunInfo(**{k: v for k, v in saved.items() if k in _FIELDS})
 
 
 def info_dict(info: RunInfo) -> dict:
@@ -48,3 +53,5 @@ def info_dict(info: RunInfo) -> dict:
     d["stop_body"] = copy.deepcopy(info.stop_body)
     return d
 
+
+_FIELDS = frozenset(f.name for f in fields(RunInfo))

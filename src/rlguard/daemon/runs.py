@@ -19,7 +19,7 @@ from . import stops
 from ..stop import incarnation
 from .builtin import STALL, STOP_IGNORED, STOPPED
 from .quiet import QuietScreen, watched_keys
-from .runinfo import RunInfo, info_dict
+from .runinfo import RunInfo, info_dict, load_info
 from .pushed import PushedTail, hold_stop, held_outcome
 from .tail import SETTLE, FileTail
 
@@ -70,7 +70,7 @@ class RunMonitor:
         self.kind = log_kind(self.tail.path)
         self.plan = RulePlan.of(packs)  # (a daemon's runs share one)
         self.watchdog = Watchdog(plan=self.plan, run=run, labels=self.context)
-        self.info = RunInfo(**saved["info"]) if saved else RunInfo()
+        self.info = load_info(saved["info"]) if saved else RunInfo()
         if saved and saved.get("watchdog"):
             self.watchdog.load_state_dict(saved["watchdog"])
         self.max_metrics = max_metrics

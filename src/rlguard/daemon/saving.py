@@ -11,11 +11,10 @@
   restart finding no state would read a log rotated meanwhile from mid-run ("at start" false
   alarms, steps never judged).
 - **Saved as it is.** A run written, by either, is no longer ``changed`` (the periodic save wrote
-  a first pass's 10,000 runs a second time) and waits for its turn in the handoff dir
-  (:meth:`.fleet.Fleet.periodic`). A run the store left out (its state could not be encoded:
-  logged) stays ``changed`` and is tried again at the next save.
-- **Paced.** The periodic save and the handoff share after it yield to the polls after each
-  slice (:mod:`.pacing`); the save at exit does not wait. Once the daemon is closing (SIGTERM),
+  a first pass's 10,000 runs a second time). A run the store left out (its state could not be
+  encoded: logged) stays ``changed`` and is tried again at the next save.
+- **Paced.** The periodic save yields to the polls after each slice (:mod:`.pacing`); the save
+  at exit does not wait. Once the daemon is closing (SIGTERM),
   a paced save stops pausing and writes no further slice: the save at exit writes what is left
   (before, a paced save still sleeping could hold the exit back by up to half its interval, and
   write after the store was closed).
@@ -23,7 +22,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
@@ -32,7 +31,6 @@ from .view import record
 
 if TYPE_CHECKING:
     from ..notify.dispatcher import Dispatcher
-    from .fleet import Fleet
     from .outgoing import Outgoing
     from .runs import RunMonitor
     from .store import Row, Store
@@ -46,15 +44,13 @@ class Saver:
     It works on the daemon's ``runs`` (read: a run unwatched since is not written), its
     ``saved`` states (filled when a store closed at start opens), its ``problems`` (what
     /healthz reports: a full disk, a state not encoded), the ``outgoing`` queue (a run with
-    alerts held in memory is not saved) and the ``fleet`` (what is saved waits for the
-    handoff dir)."""
+    alerts held in memory is not saved)."""
 
     def __init__(self, store: Store, runs: Mapping[str, RunMonitor], saved: dict[str, dict],
-                 problems: dict[str, str], outgoing: Outgoing, fleet: Fleet, dispatcher: Dispatcher | None,
-                 clock: Callable[[], float], save_interval: float) -> None:
+                 problems: dict[str, str], outgoing: Outgoing, dispatcher: Dispatcher | None,
+                 save_interval: float) -> None:
         self.store, self.runs, self.saved, self.problems = store, runs, saved, problems
-        self.outgoing, self.fleet, self.dispatcher = outgoing, fleet, dispatcher
-        self.clock, self.save_interval = clock, save_interval
+        self.outgoing, self.dispatcher, self.save_interval = outgoing, dispatcher, save_interval
 
     def write_rows(self, rows: Iterable[Row]) -> set[str] | None:
         """Write store rows: the keys of those left out (kept to save again), None if none was."""
@@ -75,15 +71,12 @@ class Saver:
 
     def save(self, changed: list[RunMonitor], lock: AbstractContextManager,
              closing: threading.Event | None = None) -> None:
-        """The periodic save of the ``changed`` runs, then the handoff share and the
-        notification state; paced (yielding to the polls) until ``closing`` is set, unpaced
+        """The periodic save of the ``changed`` runs, then the notification state; paced (yielding to the polls) until ``closing`` is set, unpaced
         without it (the save at exit)."""
         hold = Paced(lock, within=self.save_interval / 2, sleep=closing.wait) if closing is not None else lock
         if not self.save_slices(changed, hold, closing):
             return  # not written: the runs stay "changed" and are saved at the next try
-        changes = self.fleet.periodic(self.runs, self.clock(), hold, SAVE_SLICE)
         with lock:
-            record(self.problems, changes)
             if self.dispatcher is not None:
                 try:
                     self.dispatcher.save_state()
@@ -108,5 +101,4 @@ class Saver:
                 part = [m for m in part if m.path not in left_out]  # (not encoded: still to save)
                 for m in part:
                     m.never_saved = m.changed = False
-                self.fleet.note_changed(m.path for m in part)
         return True

@@ -47,7 +47,7 @@ from .store import Store
 from .view import Changes, DaemonState, judge_health, record
 
 if TYPE_CHECKING:
-    from ..notify.dispatcher import Dispatcher, FlushCounts
+    from ..notify.dispatcher import Dispatcher
 
 log = logging.getLogger("rlguard.daemon")
 
@@ -67,10 +67,14 @@ class Daemon:
         self.runs: dict[str, RunMonitor] = {}
         self.saved = self.store.load()
         self.finder = Discovery(cfg.watch)
-        self.fleet = Fleet(cfg, clock, dispatcher)  # which runs are this shard's, their labels, handing them over
+        self.fleet = Fleet(cfg, clock)  # which runs are this shard's, their labels, which it gained
         self.names: dict[str, str] = {}  # run name -> key
-        if dispatcher is not None:  # runs another shard owns now: no reminder or resolved from here
-            dispatcher.forget_groups([row["run"] for key, row in self.saved.items() if not self.fleet.owns(key)])
+        lost = self.fleet.lost(self.saved)  # runs another shard owns now: nothing of them is kept here
+        if dispatcher is not None and lost:  # no reminder or resolved from here
+            dispatcher.forget_groups([self.saved[key]["run"] for key in lost])
+        for key in lost:
+            del self.saved[key]
+        self.store.forget(lost)
         self._errors_logged = 0
         self._last_discover = float("-inf")
         self.last_progress = clock()
@@ -78,14 +82,14 @@ class Daemon:
         self.outgoing = Outgoing(dispatcher)  # alerts queued for Slack, or held in memory on a full disk
         # what is wrong now, for /healthz: a full disk at start (watch anyway, say so, retry at every save)
         self.problems: dict[str, str] = {k: v for k, v in (self.outgoing.closed(), self.store.closed()) if v}
-        self.saver = Saver(self.store, self.runs, self.saved, self.problems, self.outgoing, self.fleet, dispatcher,
-                           clock, cfg.save_interval)
+        self.saver = Saver(self.store, self.runs, self.saved, self.problems, self.outgoing, dispatcher,
+                           cfg.save_interval)
         self.retirements = Retirements(self.runs, self.names, self.saved, self.store, self.outgoing, self.saver,
                                        cfg.stall_after)  # runs retired (their slots freed), runs found ended
         self.refusals = Refusals(self.problems, cfg.max_runs)  # runs found at max_runs, not watched
         self.host = socket.gethostname()
         self.lock = threading.RLock()  # jobs run in scheduler threads; one of them at a time
-        self.alertmanager = AlertmanagerSync(cfg, self.lock, self.runs, self.fleet, self.problems, clock)  # (.amsync)
+        self.alertmanager = AlertmanagerSync(cfg, self.lock, self.runs, self.problems, clock)  # (.amsync)
         self.last_poll = 0.0
         self.reloads = 0
         self.control_token: str | None = None  # set when the HTTP surface starts (run_forever)
@@ -97,36 +101,33 @@ class Daemon:
     def discover(self) -> None:
         """Watch the runs that appeared under the watched paths and that this shard owns (all without --shard)."""
         with self.lock:
-            self.fleet.begin_scan(self.clock())
-            taken = 0
             for found in self.finder.scan():
                 if found.key in self.runs or self.retirements.still_retired(found):
                     continue
-                if self.fleet.place(found) == "mine":
-                    taken += self._watch(found)
+                if self.fleet.place(found):
+                    self._watch(found)
+            self.fleet.end_scan()
             self.retirements.say_history()
             self.runs_judged = judged(self.runs.values())  # (runs taken from a saved state were judged)
-            if taken and self.dispatcher is not None:
-                self.dispatcher.save_state()  # the groups taken over, before anything is told
             for msg in self.finder.errors[self._errors_logged:]:
                 log.error("%s", msg)
             self._errors_logged = len(self.finder.errors)
 
-    def _watch(self, found: Found, default_name: str | None = None) -> int:
-        """Watch a run; 1 when its state was taken over from another shard. ``default_name``: the
-        name when no other is given (a pushed run's: its path is not a file here)."""
+    def _watch(self, found: Found, default_name: str | None = None) -> None:
+        """Watch a run. ``default_name``: the name when no other is given (a pushed run's: its
+        path is not a file here)."""
         own = self.saved.pop(found.key, None)
         if self.retirements.kept(found, own):  # retired before a restart, unchanged since
-            return 0
+            return
         if len(self.runs) >= self.cfg.max_runs and not self.retirements.make_room(found):
             if own is not None:
                 self.saved[found.key] = own
             self.refusals.refuse(found.key)
-            return 0
+            return
         self.refusals.taken(found.key)
         if own is not None:
             own["info"].update(retired=None)
-        saved, group, adopted = self.fleet.claim(found, own)
+        saved = own
         labels = self.fleet.labels(found)
         taken = self.names  # (a dict: a set copied per run made a first pass over 5,000 runs quadratic)
         name = saved.get("run") if saved else None
@@ -138,16 +139,16 @@ class Daemon:
                              self.cfg.settle_after)
         except RLGuardError as exc:  # a state saved by an incompatible version: start afresh
             log.warning("%s: saved state not usable (%s); starting from the beginning", found.key, exc)
-            mon, adopted = RunMonitor(found, name, self.plan, None, self.cfg.max_metrics_per_run, context,
-                                      self.cfg.settle_after), False
+            mon = RunMonitor(found, name, self.plan, None, self.cfg.max_metrics_per_run, context,
+                             self.cfg.settle_after)
         mon.found_at = self.clock()
-        if saved is None:
+        if self.fleet.taken_over(found, saved):  # gained from another shard: its log so far is history
+            mon.info.history, mon.info.taken_over = True, mon.found_at
+        elif saved is None:
             self.retirements.found(mon)
         self.runs[found.key], self.names[name] = mon, found.key
-        if adopted and self.dispatcher is not None:
-            self.dispatcher.adopt_group(name, group)
-        log.info("watching %s as run %r (%s, following %s)", found.key, name, found.layout, found.log)
-        return int(adopted)
+        log.info("watching %s as run %r (%s, following %s%s)", found.key, name, found.layout, found.log,
+                 "; taken over: its log so far is history" if mon.info.taken_over else "")
 
     # ------------------------------------------------------------------ what readers see
     def snapshots(self, idle: bool = True, alerting: bool = False) -> list[RunSnapshot]:
@@ -206,8 +207,6 @@ class Daemon:
         urgent = []
         for key, mon in monitors:
             with self.lock:
-                if self.fleet.released:  # stopping: its runs are other shards' now (see Fleet.released)
-                    break
                 fresh = mon.info.last_step is None
                 try:
                     alerts, decisions, events = self.budget.poll(key, mon, self.clock(), self.cfg.eval_interval,
@@ -218,7 +217,7 @@ class Daemon:
                 self.runs_judged += fresh and mon.info.last_step is not None  # (a start's progress, live)
                 for ev in events:
                     log.info("%s: %s", mon.path, ev)
-                if lifecycle.judged_as_history(mon, alerts, self.cfg.stall_after):
+                if lifecycle.judged_as_history(mon, alerts, self.cfg, self.clock()):
                     self.last_progress = self.clock()
                     continue
                 for d in decisions:
@@ -236,12 +235,9 @@ class Daemon:
                     urgent.append(mon)  # (a run's first records: its stream is known from now on, see below)
                 self.last_progress = self.clock()
         self.saver.save_slices(urgent, self.lock)  # (see .saving: a crash must not replay them)
-        with self.lock:  # before any message queued in this pass may leave
-            self._record(self.fleet.publish_queued(self.runs, self.names))
+        with self.lock:
             self.last_poll = now
-            if not self.budget.passes:  # the first pass: the handoff's shares count from its end
-                self.fleet.first_pass_done(self.clock())
-            self.runs_judged = judged(self.runs.values())  # counted again: runs retired, dropped or released since
+            self.runs_judged = judged(self.runs.values())  # counted again: runs retired or dropped since
         self.budget.finish(time.perf_counter() - started)
 
     def stall(self) -> None:
@@ -254,7 +250,6 @@ class Daemon:
                 self._notify(alerts)
                 if why is not None:
                     self.retirements.retire(key, why)
-            self._record(self.fleet.publish_queued(self.runs, self.names))
 
     def save(self, paced: bool = True) -> None:
         """The periodic save (``paced``: yielding to the polls; not at exit): see :class:`.saving.Saver`."""
@@ -276,26 +271,13 @@ class Daemon:
             if waiting:
                 self._submit(waiting)
         try:
-            counts = self._deliver()
+            counts = self.dispatcher.flush(self.clock())
         except Exception as exc:  # noqa: BLE001 - the watcher must keep watching
             if not isinstance(exc, (OSError, sqlite3.Error)):  # (a full or read-only disk: no traceback)
                 log.exception("notification delivery failed; will retry")
             self._record([("delivery", f"notifications failing: {exc}")])
             return
         self._record(self.outgoing.delivered(counts, "queue" in self.problems))
-
-    def _deliver(self) -> FlushCounts:
-        """Queue what is due and deliver. Sharded with a handoff dir: what is queued is
-        published first, and only messages whose runs were published leave (Fleet.barrier)."""
-        now = self.clock()
-        assert self.dispatcher is not None
-        if self.fleet.store is None:
-            return self.dispatcher.flush(now)
-        with self.lock:
-            counts = self.dispatcher.tick(now) if not self.fleet.released else None
-            self._record(self.fleet.publish_queued(self.runs, self.names))
-            upto = self.fleet.barrier if self.fleet.barrier is not None else 0
-        return self.dispatcher.deliver(now, upto, counts)
 
     def housekeeping(self) -> None:
         self.outgoing.prune(self.clock(), self.cfg.outbox_retention)
@@ -306,15 +288,12 @@ class Daemon:
         mons = [self.runs.get(self.names.get(run, "")) for run in resolved]
         self.outgoing.log(alerts, [a for m in mons if m is not None for a in m.watchdog.firing()])
         self.alertmanager.told(alerts)  # (kept in Alertmanager, with alertmanager.urls)
-        if alerts and self.dispatcher is not None and not self.fleet.released:  # (released: other shards tell)
+        if alerts and self.dispatcher is not None:
             self._submit(list(alerts))
 
     def _submit(self, alerts: list[Alert]) -> None:
         """Queue alerts for Slack (held in memory when they cannot be: see .outgoing)."""
-        queued, changes = self.outgoing.submit(alerts)
-        self._record(changes)
-        if queued:  # publish at once: the window before a handoff record shows it stays tiny
-            self._record(self.fleet.publish_queued(self.runs, self.names))
+        self._record(self.outgoing.submit(alerts)[1])
 
     def reload_rules(self) -> bool:
         try:
@@ -339,7 +318,6 @@ class Daemon:
         self.control_token, changes = startup.open_token(self.cfg.state_dir)
         self._record(changes)
         startup.tighten(self.store, self.cfg.state_dir)
-        self.fleet.start()
         done = self.closing  # signals first: a SIGHUP right after /healthz answers must not kill us
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         signal.signal(signal.SIGINT, lambda *_: done.set())
@@ -369,8 +347,6 @@ class Daemon:
         if self.lock.acquire(timeout=10):  # a job still running (a stuck read) must not hold the exit
             self.lock.release()
             self.save(paced=False)
-            with self.lock:
-                self._record(self.fleet.release(self.runs, self.names))  # other shards may take its runs now
             self.notify()
             server.shutdown()
             self.store.close()

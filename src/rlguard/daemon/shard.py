@@ -15,8 +15,8 @@ server's run is keyed by its URI.
 of 3), so a pod finds its shard without a script.
 
 When ``N`` changes, a run keeps its owner only if ``hash % N_old == hash % N_new``: hashmod is
-not consistent hashing, and going from 2 to 3 shards moves about two runs in three. Moved runs
-are handed over with their state (:mod:`rlguard.daemon.handoff`), so moving is cheap and safe.
+not consistent hashing, and going from 2 to 3 shards moves about two runs in three. A moved
+run's new owner replays its log, judging what it held as history (:mod:`rlguard.daemon.fleet`).
 """
 from __future__ import annotations
 

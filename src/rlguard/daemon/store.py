@@ -135,6 +135,19 @@ class Store:
         run, tail, wd, info = row
         return {"run": run, "tail": json.loads(tail), "watchdog": decode(wd), "info": json.loads(info)}
 
+    def forget(self, keys: Iterable[str]) -> int:
+        """Delete the saved states of ``keys`` (runs another shard owns now); how many were deleted.
+        A store that cannot be written keeps them: they are deleted at the next start."""
+        if self.db is None:
+            return 0
+        try:
+            with self.db:
+                return self.db.executemany("DELETE FROM runs WHERE path=?", [(_key(k),) for k in keys]).rowcount
+        except sqlite3.Error as exc:
+            log.warning("%s: saved states of runs other shards own not deleted (%s); tried again at the next start",
+                        self.dir, exc)
+            return 0
+
     def save(self, rows: Iterable[Row]) -> list[tuple[str, str]]:
         """Save (key, run, tail, watchdog, info) rows in one transaction. A row that cannot be
         stored is left out (returned with the reason), never the others. Keys that are not valid

@@ -75,13 +75,11 @@ def judge_health(problems: Mapping[str, str], last_poll: float, last_progress: f
 
 @dataclass(frozen=True)
 class ShardState:
-    """This daemon's shard (``index`` of ``count``), the runs found that other shards own, and
-    the runs it owns but waits for (a shard of the previous count still judges them)."""
+    """This daemon's shard (``index`` of ``count``), and the runs found that other shards own."""
 
     index: int
     count: int
     other_shards: int
-    waiting: int
 
 
 @dataclass(frozen=True)

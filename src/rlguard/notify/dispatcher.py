@@ -90,7 +90,6 @@ class Dispatcher:
             self.channels[f"{n.name}:{name}"] = n
             self._receiver_channel[name] = f"{n.name}:{name}"
         self.unrouted = 0  # messages no route and no default took
-        self._queued_groups: set[str] = set()  # groups (runs) with messages queued since drained
         self._lock = threading.Lock()  # the router is not thread-safe; the network is never under it
         self._delivering = threading.Lock()  # one flush at a time, or an item could go out twice
         self._state_name = f"router:{notifier.name if notifier is not None else 'slack'}"
@@ -157,7 +156,6 @@ class Dispatcher:
         them, atomically."""
         rows = []
         for m in messages:
-            self._queued_groups.add(m.group_key)
             payload = m.to_dict()
             for receiver in self._receivers_of(m):
                 channel = self._receiver_channel[receiver]
@@ -175,22 +173,9 @@ class Dispatcher:
                         "not sent", message.group_key)
         return names
 
-    # ------------------------------------------------------------------ handing runs over
-    def group_state(self, run: str) -> dict | None:
-        with self._lock:
-            return self.router.group_state(run)
-
-    def adopt_group(self, run: str, state: dict | None) -> None:
-        with self._lock:
-            self.router.set_group(run, state)
-
-    def drain_queued_groups(self) -> set[str]:
-        """The groups (runs) that had messages queued since the last call."""
-        with self._lock:
-            out, self._queued_groups = self._queued_groups, set()
-        return out
-
+    # ------------------------------------------------------------------ runs another shard owns
     def forget_groups(self, runs) -> None:
+        """Drop the groups of ``runs`` (another shard's now): no reminder or resolved from here."""
         with self._lock:
             self.router.forget(runs)
 
@@ -204,7 +189,7 @@ class Dispatcher:
     def flush(self, now: float | None = None) -> FlushCounts:
         """Emit what the router has due (group waits, reminders), then deliver due items."""
         now = self.clock() if now is None else now
-        return self.deliver(now, None, self.tick(now))
+        return self.deliver(now, self.tick(now))
 
     def tick(self, now: float | None = None) -> FlushCounts:
         """Queue what the router has due now (group waits, reminders); no network."""
@@ -212,15 +197,13 @@ class Dispatcher:
         with self._lock:
             return FlushCounts(queued=self._route_and_commit([], now))
 
-    def deliver(self, now: float | None = None, upto: int | None = None,
-                counts: FlushCounts | None = None) -> FlushCounts:
-        """Deliver due items (with an id up to ``upto`` when given). A channel whose delivery
-        fails is left for this round; the others go on."""
+    def deliver(self, now: float | None = None, counts: FlushCounts | None = None) -> FlushCounts:
+        """Deliver due items. A channel whose delivery fails is left for this round; the others go on."""
         now = self.clock() if now is None else now
         counts = counts or FlushCounts()
         failing: set[str] = set()
         with self._delivering:
-            for item in self.outbox.due(now, channel=list(self.channels), limit=self.batch, upto=upto):
+            for item in self.outbox.due(now, channel=list(self.channels), limit=self.batch):
                 if item.channel in failing:
                     continue
                 if not self._deliver(item, now, counts):

@@ -158,26 +158,17 @@ class Outbox:
         row = self._run("SELECT value FROM state WHERE name = ?", (name,)).fetchone()
         return json.loads(row[0]) if row else None
 
-    def due(self, now: float, *, channel: str | Iterable[str] | None = None, limit: int = 100,
-            upto: int | None = None) -> list[Item]:
+    def due(self, now: float, *, channel: str | Iterable[str] | None = None, limit: int = 100) -> list[Item]:
         """Pending items whose ``next_attempt <= now``, oldest due first; only those of
-        ``channel`` (a name or several) and with an id up to ``upto`` when given."""
+        ``channel`` (a name or several) when given."""
         sql = f"SELECT {_COLUMNS} FROM outbox WHERE state = 'pending' AND next_attempt <= ?"
         args: list = [now]
         if channel is not None:
             names = [channel] if isinstance(channel, str) else list(channel)
             sql += f" AND channel IN ({','.join('?' * len(names))})"
             args += names
-        if upto is not None:
-            sql += " AND id <= ?"
-            args.append(upto)
         rows = self._run(sql + " ORDER BY next_attempt, id LIMIT ?", (*args, limit)).fetchall()
         return [Item._from_row(r) for r in rows]
-
-    def max_id(self) -> int:
-        """The id of the newest item (0 when empty): items queued later have larger ids."""
-        row = self._run("SELECT MAX(id) FROM outbox").fetchone()
-        return int(row[0] or 0)
 
     def get(self, key: str) -> Item | None:
         row = self._run(f"SELECT {_COLUMNS} FROM outbox WHERE key = ?", (key,)).fetchone()

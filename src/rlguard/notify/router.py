@@ -226,27 +226,7 @@ class Router:
             raise StateError(f"corrupt router state ({type(exc).__name__}: {exc})") from None
         self._groups = groups
 
-    # ------------------------------------------------------------------ handing runs over
-    def group_state(self, key: str) -> dict[str, Any] | None:
-        """One group's state (a run's), for another daemon that takes the run over."""
-        group = self._groups.get(key)
-        return group.to_dict() if group is not None else None
-
-    def set_group(self, key: str, state: dict[str, Any] | None) -> None:
-        """Take a group over as another daemon left it (None: nothing firing or to tell); its
-        alerts are renamed to ``key`` when the run got another name here."""
-        if state is None:
-            self._groups.pop(key, None)
-            return
-        try:
-            group = _Group.from_dict(state)
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise StateError(f"corrupt group state ({type(exc).__name__}: {exc})") from None
-        for alerts in (group.firing, group.cleared, group.late):
-            for a in alerts.values():
-                a.run = key
-        self._groups[key] = group
-
+    # ------------------------------------------------------------------ runs another shard owns
     def forget(self, keys: Iterable[str]) -> None:
         """Drop groups of runs another daemon owns now (no reminder or resolved from here)."""
         for key in keys:
