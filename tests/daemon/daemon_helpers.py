@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import glob
 import json
+import math
 import os
 import signal
 import socket
@@ -25,6 +26,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+POLL_EVERY = 0.3  # --poll-interval of every DaemonProc
+NOTIFY_EVERY = min(5.0, POLL_EVERY * 2)  # the daemon's notify job (see rlguard.daemon.startup.schedule)
+
+
 class DaemonProc:
     """``rlguard daemon`` as a real subprocess on a temp dir."""
 
@@ -40,7 +45,7 @@ class DaemonProc:
     def start(self, healthy: bool = True) -> "DaemonProc":
         """Start it; wait for /healthz 200 (``healthy=False``: for any answer, degraded too)."""
         cmd = [sys.executable, "-m", "rlguard", "daemon", *[a for w in self.watch for a in ("--watch", w)],
-               "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}", "--poll-interval", "0.3", "--eval-interval", "0",
+               "--state-dir", str(self.state), "--listen", f"127.0.0.1:{self.port}", "--poll-interval", str(POLL_EVERY), "--eval-interval", "0",
                "-v", *self.extra]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "a"),
                                      env={**os.environ, **self.env})
@@ -72,6 +77,31 @@ class DaemonProc:
     def metrics(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
             return r.read().decode()
+
+    def status(self) -> dict:
+        """/status's JSON: what ``rlguard status`` shows, and ``rounds`` (each job's runs that ended)."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/status", timeout=5) as r:
+            return json.loads(r.read())
+
+    def run_status(self, run: str) -> dict:
+        """The run named ``run`` on /status."""
+        return next(r for r in self.status()["runs"] if r["run"] == run)
+
+    def wait_rounds(self, timeout: float = 30.0, **jobs: int) -> None:
+        """Wait until each job named (``poll``, ``stall``, ``save``, ``notify``) ran ``n`` whole
+        times after this call: evidence that the checks which would have seen something ran,
+        where a fixed sleep only hopes they did. A round under way now began before the call, so
+        ``n + 1`` must end."""
+        start = self.status()["rounds"]
+        self.wait_for(lambda: all(self.status()["rounds"][job] >= start[job] + n + 1 for job, n in jobs.items()),
+                      f"the daemon did not complete {jobs} more rounds", timeout)
+
+    def wait_told(self, group_interval: float = 1.0) -> None:
+        """Wait until Slack was told all it would be of what the logs hold now: a whole poll
+        (alerts judged, queued), then whole notify rounds of which the last began at least
+        ``group_interval`` (slack.group_interval: how long a group holds a change back) after it."""
+        self.wait_rounds(poll=1)
+        self.wait_rounds(notify=1 + math.ceil(group_interval / NOTIFY_EVERY))
 
     def wait_for(self, cond, what: str, timeout: float = 20.0) -> None:
         end = time.time() + timeout

@@ -12,7 +12,6 @@ import math
 import os
 import signal
 import subprocess
-import time
 import urllib.error
 import urllib.request
 
@@ -64,7 +63,7 @@ def test_alerts_held_in_memory_survive_a_kill_9(tmp_path, daemon_factory, slack)
         append(log, bad)
         d.wait_for(lambda: 'rlguard_run_last_step{run="grpo-9"} 25.0' in d.metrics(), "the fault not read")
         d.wait_for(lambda: health(d).startswith("degraded"), "/healthz says ok while alerts are held only in memory")
-        time.sleep(1.5)  # several saves and notify rounds on a full outbox disk
+        d.wait_rounds(save=2, notify=2)  # several saves and notify rounds on a full outbox disk
         assert not any("RLG-NONFINITE-LOSS" in str(r.body) for r in slack.requests)
         said = d.log.read_text()
         assert "disk is full" in said and "cannot rollback" not in said  # the real cause, not a follow-on

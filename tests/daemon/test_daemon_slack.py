@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import signal
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -38,7 +37,7 @@ def test_end_to_end_with_slack_and_kill_9(tmp_path, daemon_factory, slack):
     assert "grpo-7" in body and "reward_variance_collapse" in body and "RLG-REWARD-STD-ZERO" in body
     assert (log.parent / "RLGUARD_STOP").exists()
     assert slack.webhook_url.split("/services/")[1] not in d.log.read_text()  # the secret is never logged
-    time.sleep(1.0)
+    d.wait_told()  # all the first daemon says of these records has left
     sent_before = len(slack.requests)
     d.stop(signal.SIGKILL)
 
@@ -47,7 +46,7 @@ def test_end_to_end_with_slack_and_kill_9(tmp_path, daemon_factory, slack):
     append(other, healthy(1, 5))
     d2 = daemon_factory("--config", str(cfg), "--slack-webhook-url-file", str(hook)).start()
     d2.wait_for(lambda: 'rlguard_run_last_step{run="grpo-7"} 30.0' in d2.metrics(), "restart did not continue")
-    time.sleep(2.5)  # a few notify rounds
+    d2.wait_told()
     before = " ".join(texts(slack)[:sent_before])
     new_rules = {"RLG-ALL-GROUPS-ZERO-STD", "RLG-FRAC-ZERO-STD-HIGH", "RLG-REWARD-STD-COLLAPSE"} - {
         r for r in ("RLG-ALL-GROUPS-ZERO-STD", "RLG-FRAC-ZERO-STD-HIGH", "RLG-REWARD-STD-COLLAPSE") if r in before}

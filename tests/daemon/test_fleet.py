@@ -40,14 +40,21 @@ def bodies(slack: FakeSlack) -> list[dict]:
         return [r.body for r in slack.requests]
 
 
-def drain(slack: FakeSlack, want: set, timeout: float = 25.0) -> dict:
-    """Wait until Slack was told every alert in ``want`` (or timeout), then a little more, so a
-    repeat sent late would be seen too."""
+def drain(slack: FakeSlack, want: set, shards, timeout: float = 25.0) -> dict:
+    """Wait until Slack was told every alert in ``want`` (or timeout), then until every shard
+    told all it would of what the logs hold (a poll, then notify rounds past group_interval),
+    so a repeat sent late would be seen too."""
     end = time.time() + timeout
     while time.time() < end and not want <= audit(bodies(slack))["fired"]:
         time.sleep(0.3)
-    time.sleep(2.5)
+    for s in shards:
+        s.wait_told()
     return audit(bodies(slack))
+
+
+def mid_run(slack: FakeSlack, shards) -> None:
+    """Wait until the fleet is mid-run: faults firing, messages going out."""
+    shards[0].wait_for(lambda: bodies(slack), "no message went out")
 
 
 def check_told(result: dict, must: set, may: set) -> None:
@@ -132,7 +139,7 @@ def _fleet(tmp_path, slack, procs, seed: int, faults: tuple[int, int], count: in
 
 def test_kill_9_of_one_shard_mid_run_loses_and_repeats_nothing(tmp_path, slack, procs):
     root, runs, cfg, hook, shards, writers = _fleet(tmp_path, slack, procs, 13, (15, 55), 3)
-    time.sleep(3.5)  # mid-run: faults firing, messages going out
+    mid_run(slack, shards)
     victim = shards[1]
     victim.stop(signal.SIGKILL)
     time.sleep(0.5)
@@ -142,7 +149,7 @@ def test_kill_9_of_one_shard_mid_run_loses_and_repeats_nothing(tmp_path, slack, 
     writers.wait()
     want, may, counts = expected(runs, name_of(root))
     assert len(want) >= 10, "the scripts should fire alerts in several runs"
-    result = drain(slack, want)
+    result = drain(slack, want, (shards[0], shards[2], again))
     check_told(result, want, may)
     assert result["flagged"] <= 1  # at most the documented at-least-once window of the kill
     assert "taken over" not in again.log.read_text()  # a restart resumes from its own state
@@ -177,7 +184,7 @@ def test_slack_routes_each_team_to_its_channel_from_the_path(tmp_path, slack, pr
     d.start()
     d.wait_for(lambda: {r.path.split("/")[3] for r in slack.requests} == {"DEFAULT", "NLP", "VISION"},
                "not every channel got its team's message")
-    time.sleep(1.0)
+    d.wait_told(group_interval=0)  # a message to a wrong channel (a new group: no wait) would have left
     got = {}
     for r in slack.requests:
         got.setdefault(r.path.split("/")[3], set()).add(r.body["text"].split(" in run ")[1].split(":")[0])

@@ -89,7 +89,7 @@ def test_a_tree_of_old_runs_is_judged_for_the_record_and_never_acted_on(tmp_path
     d.wait_for(lambda: (runs / "live" / "RLGUARD_STOP").exists(), "the live run was not stopped")
     d.wait_for(lambda: any("live" in str(r.body) for r in slack.requests), "no Slack message for the live run")
     d.wait_for(lambda: gauge(d, "rlguard_runs_retired") == 2, "the old runs were not retired", 30)
-    time.sleep(1.5)  # a few notify rounds: anything about the old runs would have left by now
+    d.wait_told()  # anything about the old runs would have left by now
     assert not (runs / "old-nan" / "RLGUARD_STOP").exists() and not (runs / "old-collapse" / "RLGUARD_STOP").exists()
     assert not any("old-" in str(r.body) for r in slack.requests)
     text = d.log.read_text()

@@ -53,7 +53,7 @@ def test_the_daemon_says_a_long_pass_once(tmp_path, daemon_factory):
     append(log, healthy(7, 3))
     d.wait_for(lambda: 'rlguard_run_last_step{run="bomb"} 9.0' in d.metrics(), "records after the bomb not read",
                timeout=120)
-    time.sleep(1.0)
+    d.wait_rounds(poll=1)  # the long pass has ended (and said so): a whole poll since
     assert d.stop() == 0
     text = d.log.read_text()
     assert SKIP not in text, text[-3000:]

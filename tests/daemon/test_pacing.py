@@ -26,12 +26,13 @@ def test_each_hold_is_followed_by_a_pause_in_proportion_outside_the_lock():
         t.join()
         pauses.append((s, bool(got and got[0])))
 
-    paced = Paced(lock, ratio=2.0, longest=1.0, sleep=sleep)
+    now = [0.0]
+    paced = Paced(lock, ratio=2.0, longest=1.0, sleep=sleep, clock=lambda: now[0])
     with paced:
-        time.sleep(0.05)
-    assert len(pauses) == 1 and 0.1 <= pauses[0][0] <= 1.0 and pauses[0][1]
+        now[0] += 0.05  # a hold of 0.05 s
+    assert len(pauses) == 1 and pauses[0][0] == pytest.approx(0.1) and pauses[0][1]
     with paced:
-        time.sleep(0.6)  # 1.2 s of pause asked: at most `longest`
+        now[0] += 0.6  # 1.2 s of pause asked: at most `longest`
     assert pauses[1] == (1.0, True)
     try:
         with paced:
@@ -47,10 +48,11 @@ def test_the_pauses_of_one_job_stay_within_their_allowance():
     """A save's pauses are at most half its interval in all: a slow disk, or a fleet larger than
     the interval allows, must not make pacing stretch a save past the next one."""
     pauses: list[float] = []
-    paced = Paced(threading.Lock(), ratio=2.0, longest=1.0, within=0.5, sleep=pauses.append)
+    now = [0.0]
+    paced = Paced(threading.Lock(), ratio=2.0, longest=1.0, within=0.5, sleep=pauses.append, clock=lambda: now[0])
     for _ in range(4):
         with paced:
-            time.sleep(0.1)  # 0.2 s of pause asked each time
+            now[0] += 0.1  # 0.2 s of pause asked each time
     assert sum(pauses) == pytest.approx(0.5) and len([p for p in pauses if p > 1e-9]) == 3 and pauses[2] < pauses[0]
 
 

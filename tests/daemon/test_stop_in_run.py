@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from daemon_helpers import append, healthy
 from test_stop_story import said, setup, texts
 
 from rlguard import RunRecords, Verdict
+from rlguard.core.alerts import Incident
 from rlguard.stop import incarnation
 
 pytest.importorskip("slack_sdk")
@@ -31,8 +31,9 @@ WORDS = ("stopped itself at step 9 (kl_high; decided by rule RLG-ALL-GROUPS-ZERO
 
 def stop_itself(run: Path, live: str | None) -> dict:
     """What the callback writes when its watchdog stops the run at step 9 (onset 2, nothing saved before)."""
-    incident = {"id": 1, "started": 2, "cause": {"rule": "RLG-KL-HIGH", "kind": "kl_high", "metric": "kl",
-                                                 "step": 2, "value": 2.18}, "followed": []}
+    incident = Incident.from_dict({"id": 1, "started": 2, "cause": {"rule": "RLG-KL-HIGH", "kind": "kl_high",
+                                                                  "metric": "kl", "step": 2, "value": 2.18},
+                                   "followed": []})
     verdict = Verdict("stop", 9, "kl_high", "RLG-ALL-GROUPS-ZERO-STD", "reward_std 0 in every group since step 2",
                       None, 2, incident, "reward_variance_collapse")
     return RunRecords(run, run.name).stop(verdict, "rlguard watchdog", None, live)
@@ -67,7 +68,7 @@ def test_a_run_that_stops_itself_is_told_once_also_after_kill_9(tmp_path, daemon
     d2 = daemon_factory(*args).start()
     append(run / "metrics.jsonl", [{"step": 10, "loss": 0.5}])  # a late record: the run is looked at again
     read(d2, "grpo-lr50", 10)
-    time.sleep(2.5)  # a few notify rounds
+    d2.wait_told()
     assert said(slack, "grpo-lr50", "stopped itself") == 1, texts(slack)
     again = incarnation.begin(run, 10)  # relaunched in the same directory: a new run, its own stop
     append(run / "metrics.jsonl", healthy(11, 3))
@@ -85,14 +86,14 @@ def test_a_stop_written_while_the_daemon_was_down_is_told_after_the_restart(tmp_
     live = incarnation.begin(run, 0)
     d = daemon_factory(*args).start()
     read(d, "down", 9)
-    time.sleep(1.0)  # its first records are saved at once; a margin for the write
+    d.wait_rounds(poll=1)  # its first records are saved at once, by the poll that read them: a whole one since
     d.stop(signal.SIGKILL)
     stop_itself(run, live)
     d2 = daemon_factory(*args).start()
     d2.wait_for(lambda: said(slack, "down", WORDS), "the stop written while the daemon was down is not told")
     d2.stop(signal.SIGKILL)
     d3 = daemon_factory(*args).start()
-    time.sleep(2.5)
+    d3.wait_told()
     assert said(slack, "down", "stopped itself") == 1, texts(slack)
     assert d3.stop() == 0
 
@@ -115,7 +116,8 @@ def test_a_record_found_at_first_sight_is_history_and_a_bad_one_is_one_log_line(
                "the malformed record is not logged")
     replace(record, "x" * 70_000)  # over the bound: never parsed
     d.wait_for(lambda: "stop.json skipped: over 65536 bytes" in d.log.read_text(), "the big record is not logged")
-    time.sleep(1.5)
+    d.wait_rounds(poll=3)
+    d.wait_told()
     assert d.log.read_text().count("stop.json skipped") == 2  # one line per record, not one per poll
     assert texts(slack) == []
     stop_itself(bad, live)  # then a good one: told
@@ -148,7 +150,7 @@ def test_an_obeyed_request_and_an_external_one_are_told_once_each(tmp_path, daem
                                              "make (stop requested via RLGUARD_STOP: wrong dataset); checkpoint "
                                              f"to keep: {theirs / 'checkpoint-1'}"),
                "the external stop is not told")
-    time.sleep(2.0)
+    d.wait_told()
     assert said(slack, "mine", "stopped itself") == 0 and said(slack, "mine", "did not make") == 0, texts(slack)
     assert said(slack, "mine", "stop request obeyed") == 1
     assert said(slack, "theirs", "the daemon did not make") == 1  # its action line: who asked

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,7 @@ def late_request(out: Path, inc: str) -> None:
 
 def settle(d, out: Path) -> None:
     """Give the daemon a few polls over the stopped run: it must not leave a request behind."""
-    time.sleep(3)
+    d.wait_rounds(poll=3)
     d.wait_for(lambda: not (out / STOP_FILE).exists(), "a stop request outlived its run", timeout=30)
 
 

@@ -60,7 +60,7 @@ def test_a_run_that_keeps_logging_after_the_request_ignores_it_said_once(tmp_pat
     d.wait_for(lambda: said(slack, "deaf", "stop requested (RLGUARD_STOP written)"), "no 'requested' message")
     append(deaf, [dict(r, step=r["step"] + 7) for r in STUCK] * 2)  # 14 records: under the default 20
     d.wait_for(lambda: 'rlguard_run_last_step{run="deaf"} 14.0' in d.metrics(), "records not read")
-    time.sleep(1.0)
+    d.wait_told()
     assert ignored_gauge(d, "deaf") == "0.0" and not said(slack, "deaf", "kept logging")
     append(deaf, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(15, 22)])  # 21 since the request
     d.wait_for(lambda: ignored_gauge(d, "deaf") == "1.0", "rlguard_run_stop_ignored not set")
@@ -71,7 +71,7 @@ def test_a_run_that_keeps_logging_after_the_request_ignores_it_said_once(tmp_pat
     append(deaf, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(22, 50)])
     d2 = daemon_factory(*args).start()
     d2.wait_for(lambda: 'rlguard_run_last_step{run="deaf"} 49.0' in d2.metrics(), "restart did not continue")
-    time.sleep(2.0)  # a few notify rounds
+    d2.wait_told()
     assert ignored_gauge(d2, "deaf") == "1.0"
     assert said(slack, "deaf", "kept logging") == 1, texts(slack)
     assert said(slack, "deaf", "stop requested (RLGUARD_STOP written)") == 1, texts(slack)
@@ -86,7 +86,10 @@ def test_patience_is_configurable_and_time_counts_too(tmp_path, daemon_factory, 
     d = daemon_factory(*args).start()
     d.wait_for(lambda: (deaf.parent / "RLGUARD_STOP").exists(), "no stop request")
     append(deaf, [{"step": 8, "reward": 0.5, "reward_std": 0.0}])
-    time.sleep(2.5)
+    asked = (deaf.parent / "RLGUARD_STOP").stat().st_mtime
+    d.wait_for(lambda: 'rlguard_run_last_step{run="slow"} 8.0' in d.metrics(), "step 8 not read")
+    d.wait_for(lambda: time.time() > asked + 2.5, "ignored_after did not pass", timeout=10)
+    d.wait_rounds(poll=1)  # a poll past ignored_after
     assert ignored_gauge(d, "slow") == "0.0"  # one record: the step in progress may log it, then stop
     append(deaf, [{"step": 9, "reward": 0.5, "reward_std": 0.0}])
     d.wait_for(lambda: ignored_gauge(d, "slow") == "1.0", "not judged ignored after ignored_after")
@@ -122,7 +125,7 @@ def test_a_persons_stop_reaches_slack_and_so_does_its_outcome_once_each(tmp_path
     assert said(slack, "grpo-9", "after rlguard's stop request (asked by a person: wrong dataset)")
     d.stop(signal.SIGKILL)
     d2 = daemon_factory(*args).start()
-    time.sleep(2.5)
+    d2.wait_told()
     assert said(slack, "grpo-9", "stop requested by a person") == 1, texts(slack)
     assert said(slack, "grpo-9", "stop request obeyed") == 1, texts(slack)
     assert said(slack, "grpo-9", "twice") == 0

@@ -54,7 +54,7 @@ def test_output_dir_in_wandb_config_never_decides_where_a_stop_goes(tmp_path, da
                                                                 reward_std=r["reward_std"]) for r in STUCK]))
     d = daemon_factory("--config", str(signalling_config(tmp_path)), watch=[str(tmp_path / "vol")]).start()
     d.wait_for(lambda: (project / "RLGUARD_STOP").exists(), "no stop request in the run's own directory")
-    time.sleep(1.0)  # a few more polls: nothing else may happen
+    d.wait_rounds(poll=2)  # a few more polls: nothing else may happen
     assert not (victim / "RLGUARD_STOP").exists()
     assert trainer.poll() is None, "the other tenant's trainer was signalled"
     assert d.stop() == 0
@@ -72,7 +72,7 @@ def test_output_dir_in_mlflow_params_never_decides_where_a_stop_goes(tmp_path, d
     (run / "params" / "output_dir").write_text(str(victim))
     d = daemon_factory("--config", str(signalling_config(tmp_path)), watch=[str(tmp_path / "vol")]).start()
     d.wait_for(lambda: (run / "RLGUARD_STOP").exists(), "no stop request in the MLflow run's own directory")
-    time.sleep(1.0)
+    d.wait_rounds(poll=2)
     assert not (victim / "RLGUARD_STOP").exists()
     assert trainer.poll() is None, "the other tenant's trainer was signalled"
     assert d.stop() == 0
@@ -109,7 +109,7 @@ def test_a_planted_symlink_is_never_written_through(tmp_path, daemon_factory, pl
             os.symlink(outside, run / name)
     append(run / "metrics.jsonl", [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(6, 13)])
     d.wait_for(lambda: 'kind="reward_variance_collapse"' in d.metrics(), "the stop rule did not fire")
-    time.sleep(1.0)
+    d.wait_rounds(poll=2)  # the poll that fired it (its stop request written) and one more
     assert outside.read_text() == "keep me\n"
     if planted == "temp_file":  # the request itself is written, through a name nobody could plant
         assert json.loads((run / "RLGUARD_STOP").read_text())["reason"]
@@ -149,7 +149,7 @@ def test_a_log_swapped_for_a_fifo_never_blocks_the_daemon(tmp_path, daemon_facto
     d.wait_for(lambda: 'rlguard_run_last_step{run="a"} 5.0' in d.metrics(), "run a not read")
     swapped.unlink()
     os.mkfifo(swapped)
-    time.sleep(1.0)  # polls over the FIFO
+    d.wait_rounds(poll=2)  # polls over the FIFO
     append(other, [{"step": s, "reward": 0.5, "reward_std": 0.0} for s in range(6, 13)])
     d.wait_for(lambda: 'rlguard_run_last_step{run="b"} 12.0' in d.metrics(), "the other run is no longer judged",
                timeout=10)

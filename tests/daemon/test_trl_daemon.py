@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import pytest
 
@@ -88,7 +87,8 @@ def test_daemon_beside_real_trl_run_one_run_one_message_stopped_by_stop_file(tmp
     metrics = d.metrics()
     runs = set(re.findall(r'rlguard_run_last_step\{run="([^"]+)"\}', metrics))
     assert runs == {"grpo-const"}
-    time.sleep(4)  # a second message would have come within group_wait + a poll
+    d.wait_rounds(poll=1)  # the run's last records judged, then what they queued told
+    d.wait_rounds(notify=2)
     assert len(slack.requests) == 1
     body = str(slack.requests[0].body)
     assert "grpo-const" in body and "reward_variance_collapse" in body

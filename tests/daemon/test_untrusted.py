@@ -115,9 +115,12 @@ def test_stop_command_gets_fixed_argv_and_env_and_signal_reaches_the_pid(tmp_pat
     sleeper = subprocess.Popen([sys.executable, "-c",
                                 "import signal, time, pathlib, sys\n"
                                 "signal.signal(signal.SIGUSR1, lambda *a: (pathlib.Path(sys.argv[1]).write_text('got'), sys.exit(0)))\n"
-                                "time.sleep(30)", str(tmp_path / "signalled")],
+                                "pathlib.Path(sys.argv[2]).touch()\n"
+                                "time.sleep(30)", str(tmp_path / "signalled"), str(tmp_path / "ready")],
                                cwd=log.parent)  # the trainer runs in its run dir: tied to the run
-    time.sleep(0.3)
+    end = time.monotonic() + 20
+    while not (tmp_path / "ready").exists() and time.monotonic() < end:  # its handler set: a signal is caught
+        time.sleep(0.01)
     (log.parent / "trainer.pid").write_text(f"{sleeper.pid}\n")
     cfg = DaemonConfig(watch=[str(log)], state_dir=str(tmp_path / "state"), eval_interval=0,
                        stop=StopConfig(command=[sys.executable, "-c", script, str(out), "$(touch pwned)"],

@@ -96,6 +96,9 @@ class Daemon:
         self.address: tuple[str, int] | None = None  # where it listens, once it does
         self.closing = threading.Event()  # SIGTERM / SIGINT: the jobs under way finish early, and it saves
         self.runs_judged = 0  # watched runs whose last step is known (rlguard_runs_judged)
+        # job -> its runs completed (poll: the first included), on /status: evidence a caller can
+        # wait for that a check happened and found nothing (rather than sleeping and hoping it ran)
+        self.rounds: dict[str, int] = {"poll": 0, "stall": 0, "save": 0, "notify": 0}
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
@@ -164,7 +167,7 @@ class Daemon:
                               self.cfg.poll_interval)
         return DaemonState(len(self.runs), len(self.retirements), self.refusals.count, self.last_poll, self.reloads,
                            self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health,
-                           self.budget.last_pass, self.budget.waiting, self.runs_judged)
+                           self.budget.last_pass, self.budget.waiting, self.runs_judged, dict(self.rounds))
 
     def status(self) -> dict[str, Any]:
         """What ``rlguard status`` shows (see :mod:`.control`)."""
@@ -309,6 +312,15 @@ class Daemon:
         log.info("rules reloaded: %d rules", sum(len(p.rules) for p in packs))
         return True
 
+    def _counted(self, name: str, job: Callable[[], None]) -> Callable[[], None]:
+        """``job``, counting in ``rounds[name]`` each run of it that ended (failed ones too)."""
+        def run() -> None:
+            try:
+                job()
+            finally:
+                self.rounds[name] += 1  # (one thread per job: no other writer of this key)
+        return run
+
     # ------------------------------------------------------------------ lifecycle
     def run_forever(self) -> int:
         from .http_api import serve
@@ -323,9 +335,10 @@ class Daemon:
         signal.signal(signal.SIGINT, lambda *_: done.set())
         signal.signal(signal.SIGHUP, lambda *_: threading.Thread(target=self.reload_rules).start())
         # (built before /healthz answers: loading the scheduler must not widen the window before the first poll)
-        jobs = {"stall": self.stall, "save": self.save, "notify": self.notify, "housekeeping": self.housekeeping,
-                **self.alertmanager.jobs()}
-        sched = startup.schedule(self.cfg, {"poll": lambda: self.budget.drain(self.poll, done), **jobs})
+        jobs = {"poll": lambda: self.budget.drain(self.poll, done), "stall": self.stall, "save": self.save,
+                "notify": self.notify}
+        sched = startup.schedule(self.cfg, {**{k: self._counted(k, job) for k, job in jobs.items()},
+                                            "housekeeping": self.housekeeping, **self.alertmanager.jobs()})
         try:
             server = serve(self, *self.cfg.host_port, idle_timeout=self.cfg.http_idle_timeout, otlp=self.cfg.otlp)
         except OSError as exc:
@@ -334,7 +347,7 @@ class Daemon:
         host, port = server.server_address[:2]
         self.address = (host, port)
         self._record(startup.record_address(self.cfg.state_dir, host, port))
-        self.poll()  # discovers first
+        self._counted("poll", self.poll)()  # discovers first
         sched.start()
         log.warning("rlguard daemon: watching %s (%d run(s) found); listening on http://%s:%d (/metrics, "
                     "/healthz, /status, POST /stop); %d rules in %d pack(s)%s",

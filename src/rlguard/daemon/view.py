@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
@@ -98,6 +98,7 @@ class DaemonState:
     poll_seconds: float = 0.0  # the last poll pass, reading and evaluation (see .budget)
     waiting_evaluation: int = 0  # runs due for the rules that the last pass left for the next
     runs_judged: int = 0  # watched runs whose rules judged a record (here or before a restart)
+    rounds: Mapping[str, int] = field(default_factory=dict)  # job -> its runs completed (see Daemon.rounds)
 
 
 class DaemonView(Protocol):
