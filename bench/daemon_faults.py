@@ -12,9 +12,8 @@ delivers to a local Slack stand-in (a webhook HTTP server in this process). Mean
   full disk: degraded, never an exit);
 - hostile tenants (``--hostile``, on by default) under the same watched root: a run whose log is
   a FIFO, a gzip bomb full of newlines, ``--junk`` (default 5,000) empty ``*.jsonl`` runs written
-  before the real runs start (the real runs must still be watched at ``max_runs``), and a forged
-  shard marker in the handoff dir with a heartbeat an hour in the future (every run would wait
-  for it if it were trusted). None of them may cost a real run's alert.
+  before the real runs start (the real runs must still be watched at ``max_runs``). None of them
+  may cost a real run's alert. (The daemon runs as ``--shard 0/1``: the fleet's code path.)
 
 Expected alerts are those of ``rlguard check`` on each run's complete log (what the trainer
 wrote, in order). Delivered alerts are read from the messages Slack received (matched to the
@@ -137,11 +136,11 @@ def writer(run_dir: Path, rows: list[dict], how: str, rate: float, stop: threadi
 def start(tmp: Path, state: Path, port: int, max_runs: int = 5000) -> subprocess.Popen:
     cfg = tmp / "daemon.yaml"
     cfg.write_text("slack:\n  group_wait: 1\n  group_interval: 2\n  repeat_interval: 36000\n"
-                   f"max_runs: {max_runs}\nhandoff_lease: 60\nsave_interval: 10\n")
+                   f"max_runs: {max_runs}\nsave_interval: 10\n")
     return subprocess.Popen([EXE, "daemon", "--watch", str(tmp / "runs"), "--state-dir", str(state), "--listen",
                              f"127.0.0.1:{port}", "--config", str(cfg), "--poll-interval", "0.5",
                              "--eval-interval", "0", "--slack-webhook-url-file", str(tmp / "hook"),
-                             "--shard", "0/1", "--handoff-dir", str(tmp / "runs" / ".handoff")],
+                             "--shard", "0/1"],
                             stdout=subprocess.DEVNULL, stderr=open(tmp / "daemon.log", "a"))
 
 
@@ -171,10 +170,6 @@ def hostile(tmp: Path, junk: int) -> None:
     with gzip.open(root / "bomb" / "metrics.jsonl.gz", "wb", compresslevel=9) as f:
         for _ in range(64):
             f.write(b"\n" * (1 << 20))  # 64 MB of newlines in about 64 KB
-    shards = root / ".handoff" / "shards"
-    shards.mkdir(parents=True)
-    (shards / "0-of-2.json").write_text(json.dumps({"shard": "0/2", "at": time.time() + 3600, "released": False,
-                                                     "host": "elsewhere", "pid": 1}))
 
 
 def mount_small(path: Path) -> bool:
@@ -276,7 +271,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--drain", type=float, default=400.0, help="seconds to wait for every message at the end")
     ap.add_argument("--junk", type=int, default=5000, help="empty *.jsonl runs a hostile tenant leaves")
-    ap.add_argument("--no-hostile", action="store_true", help="no FIFO, bomb, junk runs or forged handoff")
+    ap.add_argument("--no-hostile", action="store_true", help="no FIFO, bomb or junk runs")
     args = ap.parse_args(argv)
     rng = random.Random(args.seed)
     tmp = Path(tempfile.mkdtemp(prefix="rlguard-faults-"))
@@ -308,7 +303,7 @@ def main(argv=None) -> int:
     outage_started = None
     print(f"{len(runs)} runs x {args.steps} steps at {args.rate}/s ({', '.join(ways)}), {args.kills} kill -9, "
           f"{args.outage:.0f} s Slack outage, full disk: {'yes, with a kill -9 in it' if small else 'skipped (needs root to mount tmpfs)'}"
-          f"{'' if args.no_hostile else f'; hostile: a FIFO, a gzip bomb, {args.junk} empty runs, a forged handoff'}",
+          f"{'' if args.no_hostile else f'; hostile: a FIFO, a gzip bomb, {args.junk} empty runs'}",
           flush=True)
     while any(t.is_alive() for t in threads):
         now = time.time() - t0

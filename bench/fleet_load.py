@@ -17,7 +17,7 @@ delay: from the write of the fault to the first probe that shows the run's ``non
 A full ``/metrics`` scrape of every daemon every 30 s stands for Prometheus.
 
 Fleet: 4 processes ``rlguard daemon --shard I/4`` on 10,000 runs (production settings: poll 2 s,
-eval 10 s, discovery every 10 s, a handoff dir, a path template, a cluster). Baseline, in the same
+eval 10 s, discovery every 10 s, a path template, a cluster). Baseline, in the same
 command: 1 process on 2,500 runs, same settings, same per-run fault rate. Reported: CPU share
 (of one core), RSS, detection delay p50/p99 (overall and per layout), the first full pass, scrape
 time, and the fleet/baseline ratios (4.0 for CPU and RSS would be perfectly linear).
@@ -55,8 +55,8 @@ from procstat import cpu_seconds, free_port, mem_mb
 
 LAYOUTS = ("jsonl", "trl", "tb", "hf_tb")
 #: settings for thousands of runs per daemon (README, "A fleet"): scan for new runs every 10 s,
-#: save the state every 30 s and publish it for handoff every 120 s (runs that alert: at once)
-FLEET_SETTINGS = "{discover_interval: 10, save_interval: 30, handoff_interval: 120, handoff_lease: 120}"
+#: save the state every 30 s
+FLEET_SETTINGS = "{discover_interval: 10, save_interval: 30}"
 TAGS = ("loss", "reward", "reward_std", "kl", "beta", "grad_norm", "entropy", "learning_rate")
 
 
@@ -160,7 +160,7 @@ class Daemon:
         if not cfg.exists():
             import yaml
 
-            cfg.write_text(yaml.safe_dump(yaml.safe_load(settings)) + f"handoff_dir: {tmp / 'handoff'}\n"
+            cfg.write_text(yaml.safe_dump(yaml.safe_load(settings)) +
                            f"path_template: {root}/{{team}}/{{user}}/{{run}}\ncluster: bench\n")
         exe = str(Path(sys.executable).with_name("rlguard"))
         cmd = [exe] if profile is None else [sys.executable, str(Path(__file__).with_name("profiled.py")),

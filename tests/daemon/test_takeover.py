@@ -137,3 +137,19 @@ def test_a_gained_quiet_run_s_stall_fires_untold(tmp_path):
     assert mon.info.last_update == os.stat(log_of(tmp_path, name)).st_mtime  # its last write, not the read
     d.stall()
     assert told == [] and mon.path in d.runs
+
+
+
+def test_a_config_naming_the_handoff_dir_is_refused_at_its_line(tmp_path):
+    """The handoff settings are gone: a config that still names one is refused, naming the key
+    and its line (exit 2), never silently ignored."""
+    import pytest
+
+    from rlguard.core.errors import RLGuardError
+    from rlguard.daemon.config import load_config
+
+    cfg = tmp_path / "daemon.yaml"
+    for key in ("handoff_dir: /x", "handoff_interval: 60", "handoff_lease: 60"):
+        cfg.write_text(f"watch: [{tmp_path}]\nshard: 0/2\n{key}\n")
+        with pytest.raises(RLGuardError, match=f"daemon.yaml:3: {key.split(':')[0]}: unknown field"):
+            load_config(cfg, {})

@@ -87,9 +87,8 @@ def test_kubernetes_validate_cli_strict_and_its_negative_control(renders, tmp):
     ("replicaCount=-1", "replicaCount"),
     ("replicaCount=2", "replaced by shards"),
     ("shards=0", "shards"),
-    ("shards=3", "shards > 1 needs handoff.volume"),
-    ("shards=2,handoff.volume.nfs.server=nfs,handoff.volume.nfs.path=/x,persistence.existingClaim=c", "existingClaim"),
-    ("handoff.volume.name=x", "handoff.volume"),
+    ("shards=2,persistence.existingClaim=c", "existingClaim"),
+    ("handoff.volume.nfs.server=nfs", "removed: shards share nothing"),  # (the handoff dir is gone: said so)
     ("slack.receivers[0].name=NLP team,slack.receivers[0].existingSecret=s", "receivers"),
     ("slack.receivers[0].name=nlp,slack.receivers[0].existingSecret=s,alertPath=alertmanager", "paged twice"),
     ("config.pathTemplate=/logs/{project}", "pathTemplate"),
@@ -244,7 +243,7 @@ def test_slack_secret_only_by_reference(chart, tmp, renders):
     ("minimal.yaml", ["/runs/*/metrics.jsonl", "WARNING: persistence.enabled is false"]),
     ("full.yaml", ["0.0.0.0:9200", "port-forward svc/rlguard 9108:80", "team-kl.yaml", "and the default pack",
                    "Secret rlguard-slack, key webhook-url", "WARNING: config.stop.signal is SIGUSR1"]),
-    ("sharded.yaml", ["Shards: 3", "--shard rlguard-I/3", "port-forward pod/rlguard-0", "subPath .rlguard-handoff",
+    ("sharded.yaml", ["Shards: 3", "--shard rlguard-I/3", "port-forward pod/rlguard-0", "Shards share nothing but the logs",
                       'route team="nlp" -> nlp']),
 ])
 def test_notes(chart, tmp, values, says):
@@ -252,7 +251,7 @@ def test_notes(chart, tmp, values, says):
     for s in says:
         assert s in notes, notes
     assert ("persistence.enabled is false" in notes) == (values == "minimal.yaml")
-    assert ("WARNING: handoff.volume is empty" in notes) == (values != "sharded.yaml")
+    assert "handoff" not in notes.lower()
 
 
 # ---------------------------------------------------------------- monitoring
@@ -360,17 +359,18 @@ def test_rendered_pod_starts_the_daemon(chart, tmp, tmp_path, values):
 
 def test_three_shard_pods_start_with_their_shard_and_split_the_runs(chart, tmp, tmp_path):
     """shards: 3 (ops/helm-values/sharded.yaml): pods rlguard-0..2 run --shard rlguard-I/3 (the
-    kubelet's $(POD_NAME) expansion), each with its own state, the logs and the handoff dir
-    shared; every run is watched by exactly one of them, labelled from the path template."""
+    kubelet's $(POD_NAME) expansion), each with its own state, nothing shared but the logs (no
+    ReadWriteMany volume of their own); every run is watched by exactly one of them, labelled from
+    the path template."""
     docs = render(chart, tmp, *values_args("sharded.yaml"))
     assert [pod_args(docs, i)[pod_args(docs, i).index("--shard") + 1] for i in range(3)] == \
         ["rlguard-0/3", "rlguard-1/3", "rlguard-2/3"]
-    logs, handoff = tmp_path / "logs", tmp_path / "handoff"
+    assert "handoff" not in json.dumps(docs).lower()  # no shared volume, setting or mount for handing runs over
+    logs = tmp_path / "logs"
     for team, user, k in [(t, u, k) for t in ("nlp", "vision") for u in ("alice", "bob") for k in range(3)]:
         d = logs / team / user / f"r{k}"
         d.mkdir(parents=True)
         (d / "metrics.jsonl").write_text("".join(json.dumps({"step": s, "loss": 0.5}) + "\n" for s in range(1, 4)))
-    handoff.mkdir()
     procs, ports, seen = [], [], {}
     secrets = {n: {"webhook-url": "http://127.0.0.1:9/hook\n", "url": "http://127.0.0.1:9/h\n"}
                for n in ("rlguard-slack", "rlguard-slack-nlp", "rlguard-slack-vision")}
@@ -379,11 +379,10 @@ def test_three_shard_pods_start_with_their_shard_and_split_the_runs(chart, tmp, 
             port = free_port()
             pdocs = render(chart, tmp, *values_args("sharded.yaml"), "--set", f"daemon.port={port}")
             pod = PodFS(pdocs, tmp_path / f"pod-{i}", secrets=secrets)
-            for mount, shared in (("/logs", logs), ("/var/lib/rlguard-handoff", handoff)):  # one volume, all pods
-                Path(pod.path(mount)).rmdir()
-                Path(pod.path(mount)).symlink_to(shared)
+            Path(pod.path("/logs")).rmdir()  # the logs: one volume, all pods
+            Path(pod.path("/logs")).symlink_to(logs)
             cfg = yaml.safe_load(_host_config(pod, pdocs).read_text())
-            assert cfg["handoff_dir"] == pod.path("/var/lib/rlguard-handoff")
+            assert not {k for k in cfg if k.startswith("handoff")}
             procs.append(_start_pod(pod, pdocs, i, tmp_path / f"daemon-{i}.log"))
             ports.append(port)
         for i, (proc, port) in enumerate(zip(procs, ports)):
@@ -395,7 +394,6 @@ def test_three_shard_pods_start_with_their_shard_and_split_the_runs(chart, tmp, 
                 assert run not in seen and run.startswith(team + "/")
                 seen[run] = i
         assert len(seen) == 12 and set(seen.values()) == {0, 1, 2}
-        assert sorted(p.name for p in (handoff / "shards").iterdir()) == ["0-of-3.json", "1-of-3.json", "2-of-3.json"]
     finally:
         for i, proc in enumerate(procs):
             proc.terminate()

@@ -65,16 +65,12 @@ Paths inside the pod. The daemon config names them, and the Deployment mounts th
 {{- define "rlguard.alertmanagerDir" -}}/etc/rlguard/alertmanager{{- end }}
 {{- define "rlguard.alertmanagerTokenFile" -}}{{ include "rlguard.alertmanagerDir" . }}/token{{- end }}
 {{- define "rlguard.receiverDir" -}}/etc/rlguard/slack-receivers/{{ . }}{{- end }}
-{{- define "rlguard.handoffDir" -}}/var/lib/rlguard-handoff{{- end }}
 
 {{/*
-Sharding: N = shards pods; a handoff volume is required beyond one shard (runs change hands
-there when shards changes); one existing claim cannot hold the state of several pods.
+Sharding: N = shards pods, sharing nothing but the logs; one existing claim cannot hold the
+state of several pods.
 */}}
 {{- define "rlguard.checkSharding" -}}
-{{- if and (gt (int .Values.shards) 1) (not .Values.handoff.volume) }}
-{{- fail "shards > 1 needs handoff.volume: a volume every shard mounts read-write (a ReadWriteMany claim, or the logs' claim with handoff.subPath), where runs change hands with their state when shards changes" }}
-{{- end }}
 {{- if and (gt (int .Values.shards) 1) .Values.persistence.existingClaim }}
 {{- fail "persistence.existingClaim holds one pod's state: with shards > 1 leave it empty (each shard gets its own claim from volumeClaimTemplates)" }}
 {{- end }}
@@ -116,11 +112,6 @@ of .Values.slack. Never the webhook URL: the Deployment passes the Secret's file
 {{- $_ := set $cfg "otlp" (dict "max_line" (int .Values.collector.maxLogSize)) }}
 {{- end }}
 {{- with $c.cluster }}{{ $_ := set $cfg "cluster" . }}{{ end -}}
-{{- if .Values.handoff.volume }}
-{{- $_ := set $cfg "handoff_dir" (include "rlguard.handoffDir" .) }}
-{{- $_ := set $cfg "handoff_interval" .Values.handoff.interval }}
-{{- $_ := set $cfg "handoff_lease" .Values.handoff.lease }}
-{{- end }}
 {{- if .Values.rules }}
 {{- $rules := list (include "rlguard.rulesDir" .) }}
 {{- if .Values.rulesIncludeDefault }}{{ $rules = prepend $rules (include "rlguard.defaultPack" .) }}{{ end }}

@@ -242,10 +242,6 @@ class DaemonConfig(BaseModel):
         return host.strip("[]"), int(port)
 
 
-#: settings of the handoff dir, removed (issue 50): said so, rather than "extra inputs are not permitted"
-REMOVED = ("handoff_dir", "handoff_interval", "handoff_lease")
-
-
 def load_config(path: str | Path | None, overrides: dict) -> DaemonConfig:
     """The config file (errors name its line), then the flags over it (errors are one line:
     ``--flag: what is wrong``)."""
@@ -253,10 +249,6 @@ def load_config(path: str | Path | None, overrides: dict) -> DaemonConfig:
     overrides = dict(overrides)
     am_urls = overrides.pop("alertmanager_url", None)  # --alertmanager-url: replaces alertmanager.urls
     base.update({k: v for k, v in overrides.items() if v not in (None, [], ())})
-    gone = [k for k in REMOVED if k in base]
-    if gone:
-        raise InputError(f"{gone[0]}: no longer a setting: shards share no state (a run that changes owner is "
-                         "replayed from its log by its new one, see docs/fleet.md); remove it from the config")
     if am_urls:
         base["alertmanager"] = {**base.get("alertmanager", {}), "urls": list(am_urls)}
     try:
