@@ -103,7 +103,7 @@ class HandMadeView:
                  last_poll: float = 1.7e9) -> None:
         self.snaps, self.stats = snaps, stats
         self.figures = DaemonState(runs=len(snaps), retired=2**60, dropped_runs=-1, last_poll=last_poll, reloads=0,
-                                   run_labels=run_labels, shard=ShardState(1, 4, 10**7, 3), problems=(),
+                                   run_labels=run_labels, shard=ShardState(1, 4, 10**7), problems=(),
                                    health=Health("ok"))
 
     def snapshots(self, idle: bool = True, alerting: bool = False) -> list[RunSnapshot]:
