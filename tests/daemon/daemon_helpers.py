@@ -90,18 +90,15 @@ class DaemonProc:
     def wait_rounds(self, timeout: float = 30.0, **jobs: int) -> None:
         """Wait until each job named (``poll``, ``stall``, ``save``, ``notify``) ran ``n`` whole
         times after this call: evidence that the checks which would have seen something ran,
-        where a fixed sleep only hopes they did. A round under way now began before the call, so
-        ``n + 1`` must end."""
-        start = self.status()["rounds"]
-        self.wait_for(lambda: all(self.status()["rounds"][job] >= start[job] + n + 1 for job, n in jobs.items()),
-                      f"the daemon did not complete {jobs} more rounds", timeout)
+        where a fixed sleep only hopes they did. A job's runs follow one another, so the n runs
+        begun after the call have ended once its ended count reaches its begun count now + n."""
+        wait_rounds_all([self], timeout, **jobs)
 
     def wait_told(self, group_interval: float = 1.0) -> None:
         """Wait until Slack was told all it would be of what the logs hold now: a whole poll
         (alerts judged, queued), then whole notify rounds of which the last began at least
         ``group_interval`` (slack.group_interval: how long a group holds a change back) after it."""
-        self.wait_rounds(poll=1)
-        self.wait_rounds(notify=1 + math.ceil(group_interval / NOTIFY_EVERY))
+        wait_told_all([self], group_interval)
 
     def wait_for(self, cond, what: str, timeout: float = 20.0) -> None:
         end = time.time() + timeout
@@ -116,6 +113,20 @@ class DaemonProc:
     def stop(self, sig=signal.SIGTERM) -> int:
         self.proc.send_signal(sig)
         return self.proc.wait(timeout=20)
+
+
+def wait_rounds_all(daemons: list[DaemonProc], timeout: float = 30.0, **jobs: int) -> None:
+    """:meth:`DaemonProc.wait_rounds` for several daemons at once (counted from the same moment)."""
+    starts = [d.status()["rounds_started"] for d in daemons]
+    for d, start in zip(daemons, starts):
+        d.wait_for(lambda: all(d.status()["rounds"][job] >= start[job] + n for job, n in jobs.items()),
+                   f"the daemon did not complete {jobs} more rounds", timeout)
+
+
+def wait_told_all(daemons: list[DaemonProc], group_interval: float = 1.0) -> None:
+    """:meth:`DaemonProc.wait_told` for several daemons at once (shards telling one channel)."""
+    wait_rounds_all(daemons, poll=1)
+    wait_rounds_all(daemons, notify=1 + math.ceil(group_interval / NOTIFY_EVERY))
 
 
 def append(path: Path, rows: list[dict]) -> None:

@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from daemon_helpers import DaemonProc, append, healthy
+from daemon_helpers import DaemonProc, append, healthy, wait_told_all
 from fleet_helpers import FakeSlack, Writers, audit, expected, fleet_config, layout, script, shard
 
 pytest.importorskip("slack_sdk")
@@ -47,8 +47,7 @@ def drain(slack: FakeSlack, want: set, shards, timeout: float = 25.0) -> dict:
     end = time.time() + timeout
     while time.time() < end and not want <= audit(bodies(slack))["fired"]:
         time.sleep(0.3)
-    for s in shards:
-        s.wait_told()
+    wait_told_all(list(shards))
     return audit(bodies(slack))
 
 

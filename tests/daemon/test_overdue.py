@@ -51,7 +51,7 @@ def test_an_overdue_heartbeat_of_a_live_run_is_told_once_and_resolves(tmp_path, 
     quiet_from = d.run_status("hung")["last_update"] + 4  # stall_after: from here RLG-STALL would be due
     d.wait_for(lambda: time.time() > quiet_from, "stall_after did not pass", timeout=10)
     d.wait_rounds(stall=2)  # more stall checks, begun past stall_after: nothing more
-    d.wait_told()
+    d.wait_rounds(notify=3)  # what they queued has left (its group held back group_interval, 1 s, at most)
     assert said(slack, "hung", OVERDUE) == 1, said_about(slack, "hung")
     assert said(slack, "hung", STALL) == 0, said_about(slack, "hung")  # judged by its promise only
     counted = [ln for ln in d.metrics().splitlines() if ln.startswith("rlguard_alerts_total{")
@@ -78,7 +78,7 @@ def test_a_promised_long_checkpoint_save_stays_quiet_past_stall_after(tmp_path, 
     assert rec["why"] == "checkpoint save at step 5" and rec["next_due"] - rec["at"] >= GRACE_MIN
     d.wait_for(lambda: said(slack, "plain", STALL) == 1, "the twin without a heartbeat did not stall", timeout=20)
     d.wait_rounds(stall=2)  # two more stall checks
-    d.wait_told()
+    d.wait_rounds(notify=1)  # what they queued has left (a first message for the run: no wait)
     assert said_about(slack, "saving") == [], said_about(slack, "saving")
     assert d.stop() == 0
 
@@ -92,11 +92,11 @@ def test_an_ended_heartbeat_never_alerts(tmp_path, daemon_factory, slack):
     hb = Heartbeat(run, clock=lambda: time.time() - GRACE_MIN - 60)  # due a minute ago...
     hb.beat(5, live)
     hb.end(5, live)  # ...but it ended
-    # past stall_after (4 s), the stall check that finds it quiet retires it as ended, and
-    # would have told RLG-OVERDUE or RLG-STALL first; two more checks, then what they queued told
+    # past stall_after (4 s), the stall check that finds it quiet retires it as ended (no check
+    # judges it after that), and would have queued RLG-OVERDUE or RLG-STALL first
     d.wait_for(lambda: "heartbeat.json records its end at step 5" in d.log.read_text(), "not retired as ended")
-    d.wait_rounds(stall=2)
-    d.wait_told()
+    d.wait_rounds(stall=0)  # that check has ended
+    d.wait_rounds(notify=1)  # what it queued has left (a first message for the run: no wait)
     assert said_about(slack, "done") == [], said_about(slack, "done")
     assert d.stop() == 0
 

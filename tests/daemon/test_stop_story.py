@@ -123,6 +123,8 @@ def test_a_persons_stop_reaches_slack_and_so_does_its_outcome_once_each(tmp_path
     obey(run)
     d.wait_for(lambda: said(slack, "grpo-9", "stop request obeyed"), "no 'obeyed' message")
     assert said(slack, "grpo-9", "after rlguard's stop request (asked by a person: wrong dataset)")
+    # the kill after the delivery was recorded (a kill within the at-least-once window repeats it, as documented)
+    d.wait_for(lambda: d.status()["notifications"]["pending"] == 0, "the delivery was not recorded")
     d.stop(signal.SIGKILL)
     d2 = daemon_factory(*args).start()
     d2.wait_told()

@@ -29,7 +29,8 @@ def status(snapshots: Iterable[RunSnapshot], state: DaemonState,
                      "firing": [{"rule": a.rule, "kind": a.kind, "severity": a.severity, "metric": a.metric,
                                  "step": a.step, "message": a.message} for a in snap.firing]})
     return {"runs": sorted(runs, key=lambda r: r["run"]), "health": state.health.word,
-            "problems": list(state.problems), "notifications": notifications, "rounds": dict(state.rounds)}
+            "problems": list(state.problems), "notifications": notifications, "rounds": dict(state.rounds),
+            "rounds_started": dict(state.rounds_started)}
 
 
 def stop_run(runs: Iterable[RunMonitor], run: str, reason: str,

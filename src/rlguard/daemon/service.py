@@ -96,9 +96,10 @@ class Daemon:
         self.address: tuple[str, int] | None = None  # where it listens, once it does
         self.closing = threading.Event()  # SIGTERM / SIGINT: the jobs under way finish early, and it saves
         self.runs_judged = 0  # watched runs whose last step is known (rlguard_runs_judged)
-        # job -> its runs completed (poll: the first included), on /status: evidence a caller can
-        # wait for that a check happened and found nothing (rather than sleeping and hoping it ran)
-        self.rounds: dict[str, int] = {"poll": 0, "stall": 0, "save": 0, "notify": 0}
+        # job -> its runs begun, and ended (poll: the first included), on /status: evidence a caller
+        # can wait for that a check happened and found nothing (rather than sleeping and hoping it ran)
+        self.started: dict[str, int] = {"poll": 0, "stall": 0, "save": 0, "notify": 0}
+        self.rounds: dict[str, int] = dict(self.started)
 
     # ------------------------------------------------------------------ jobs
     def discover(self) -> None:
@@ -167,7 +168,8 @@ class Daemon:
                               self.cfg.poll_interval)
         return DaemonState(len(self.runs), len(self.retirements), self.refusals.count, self.last_poll, self.reloads,
                            self.fleet.run_labels(), self.fleet.state(), tuple(problems.values()), health,
-                           self.budget.last_pass, self.budget.waiting, self.runs_judged, dict(self.rounds))
+                           self.budget.last_pass, self.budget.waiting, self.runs_judged, dict(self.rounds),
+                           dict(self.started))
 
     def status(self) -> dict[str, Any]:
         """What ``rlguard status`` shows (see :mod:`.control`)."""
@@ -313,8 +315,10 @@ class Daemon:
         return True
 
     def _counted(self, name: str, job: Callable[[], None]) -> Callable[[], None]:
-        """``job``, counting in ``rounds[name]`` each run of it that ended (failed ones too)."""
+        """``job``, counting in ``started[name]`` each run of it, in ``rounds[name]`` each that ended
+        (failed ones too)."""
         def run() -> None:
+            self.started[name] += 1
             try:
                 job()
             finally:

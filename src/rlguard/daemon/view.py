@@ -98,7 +98,8 @@ class DaemonState:
     poll_seconds: float = 0.0  # the last poll pass, reading and evaluation (see .budget)
     waiting_evaluation: int = 0  # runs due for the rules that the last pass left for the next
     runs_judged: int = 0  # watched runs whose rules judged a record (here or before a restart)
-    rounds: Mapping[str, int] = field(default_factory=dict)  # job -> its runs completed (see Daemon.rounds)
+    rounds: Mapping[str, int] = field(default_factory=dict)  # job -> its runs that ended (see Daemon.rounds)
+    rounds_started: Mapping[str, int] = field(default_factory=dict)  # job -> its runs begun
 
 
 class DaemonView(Protocol):
