@@ -93,7 +93,7 @@ def test_a_run_that_appears_while_the_shard_runs_is_new_live_from_its_first_reco
     assert [a.rule for a in told] == [NAN] and (log_of(tmp_path, late).parent / "RLGUARD_STOP").exists()
 
 
-def test_a_rescale_keeps_the_runs_a_shard_still_owns_and_deletes_the_states_of_those_it_lost(tmp_path):
+def test_a_rescale_keeps_the_runs_a_shard_still_owns_and_deletes_the_states_of_those_it_lost(tmp_path, caplog):
     """Shard 0 of 2 restarted as 0 of 3: a run it owns under both resumes from its own state (what
     its log gained while the shard was down is acted on: it owned the run all along); a run it
     owns only now is gained (history); the saved states of the runs it no longer owns are
@@ -113,10 +113,16 @@ def test_a_rescale_keeps_the_runs_a_shard_still_owns_and_deletes_the_states_of_t
 
     append(log_of(tmp_path, kept), nan_at(31))  # while the shard restarts
     append(log_of(tmp_path, gained), nan_at(31))  # under its previous owner, shard 1 of 2
+    caplog.clear()
+    caplog.set_level("INFO", logger="rlguard.daemon")
     d, told = daemon(tmp_path, "0/3")
     assert str(log_of(tmp_path, lost)) not in d.store.load()
     d.poll()
     assert mon_of(d, tmp_path, kept).info.taken_over == first  # resumed, not taken over again
+    said = caplog.text
+    assert f"{log_of(tmp_path, kept)} as run" in said and f"{log_of(tmp_path, gained)} as run" in said
+    assert [ln for ln in said.splitlines() if f"{log_of(tmp_path, kept)} as run" in ln and "taken over" in ln] == []
+    assert [ln for ln in said.splitlines() if f"{log_of(tmp_path, gained)} as run" in ln and "taken over" in ln]
     assert mon_of(d, tmp_path, gained).info.taken_over > first
     assert [(a.run, a.rule) for a in told] == [(mon_of(d, tmp_path, kept).run, NAN)]
     assert str(log_of(tmp_path, lost)) not in {m.path for m in d.runs.values()}

@@ -146,13 +146,14 @@ class Daemon:
             mon = RunMonitor(found, name, self.plan, None, self.cfg.max_metrics_per_run, context,
                              self.cfg.settle_after)
         mon.found_at = self.clock()
-        if self.fleet.taken_over(found, saved):  # gained from another shard: its log so far is history
+        gained = self.fleet.taken_over(found, saved)
+        if gained:  # gained from another shard: its log so far is history
             mon.info.history, mon.info.taken_over = True, mon.found_at
         elif saved is None:
             self.retirements.found(mon)
         self.runs[found.key], self.names[name] = mon, found.key
         log.info("watching %s as run %r (%s, following %s%s)", found.key, name, found.layout, found.log,
-                 "; taken over: its log so far is history" if mon.info.taken_over else "")
+                 "; taken over: its log so far is history" if gained else "")
 
     # ------------------------------------------------------------------ what readers see
     def snapshots(self, idle: bool = True, alerting: bool = False) -> list[RunSnapshot]:
