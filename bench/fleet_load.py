@@ -25,6 +25,8 @@ time, and the fleet/baseline ratios (4.0 for CPU and RSS would be perfectly line
     python bench/fleet_load.py [--runs 10000] [--shards 4] [--seconds 120] [--interval 10]
                                [--baseline-runs N] [--baseline-shards N] [--history STEPS]
 
+The cost of changing the shard count (runs moved and replayed from their logs): bench/fleet_rescale.py.
+
 One daemon on the whole fleet, 4 shards for comparison (issue 23), in one command:
 
     python bench/fleet_load.py --runs 10000 --shards 1 --baseline-runs 10000 --baseline-shards 4
@@ -152,7 +154,7 @@ def get(port: int, path: str, timeout: float = 60) -> str:
 
 class Daemon:
     def __init__(self, tmp: Path, root: Path, shard: str | None, name: str, settings: str,
-                 profile: Path | None = None) -> None:
+                 profile: Path | None = None, extra: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.passes: list[tuple[float, float]] = []
         self.per_run_judged = False  # (see judged)
@@ -166,7 +168,7 @@ class Daemon:
         cmd = [exe] if profile is None else [sys.executable, str(Path(__file__).with_name("profiled.py")),
                                              str(profile / f"daemon-{name}.prof"), "--"]
         cmd += ["daemon", "--watch", str(root), "--state-dir", str(tmp / f"state-{name}"), "--config", str(cfg),
-               "--listen", f"127.0.0.1:{self.port}"] + (["--shard", shard] if shard else [])
+               "--listen", f"127.0.0.1:{self.port}"] + (["--shard", shard] if shard else []) + list(extra)
         self.log = tmp / f"daemon-{name}.log"
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=open(self.log, "w"))
 
