@@ -170,7 +170,7 @@ def test_the_decorator_counts_none_and_nan_and_pins_at_the_highest_reward_seen()
     import rlguard
     from rlguard.inloop.reward_watch import watched_metrics
 
-    @rlguard.inloop.reward_watch(num_generations=2, every=0)
+    @rlguard.reward_watch(num_generations=2, every=0)
     def graded(prompts, completions, **_):
         return [{"a": 1.0, "b": 0.0, "n": None, "x": float("nan")}[c] for c in completions]
 

@@ -6,7 +6,7 @@ its length and each component's reward. ``watch_rewards`` wraps the functions (o
     watch = rlguard.watch_rewards([correct, fmt], num_generations=4)
     trainer = GRPOTrainer(..., reward_funcs=watch, callbacks=[RLGuardCallback(rewards=watch)])
 
-or ``@rlguard.inloop.reward_watch(num_generations=4)`` on one function. How TRL (1.x,
+or ``@rlguard.reward_watch(num_generations=4)`` on one function. How TRL (1.x,
 ``trl/trainer/grpo_trainer.py``) calls them, which the figures rely on:
 
 * ``GRPOTrainer._calculate_rewards`` calls each function once per generation batch, all with the
