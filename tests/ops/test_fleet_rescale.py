@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ops_helpers import Receiver, am_alert, find_binaries, get_json, wait_until
-from test_alertmanager_shards import start_alertmanager
+from ops_helpers import Receiver, am_alert, find_binaries, wait_until
+from test_alertmanager_shards import held, start_alertmanager
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "daemon"))
 from daemon_helpers import DaemonProc, healthy  # noqa: E402
@@ -103,11 +103,6 @@ def firing_at(receiver: Receiver) -> list[tuple[str, str, str]]:
     """Every (run, alertname, status) in every notification the receiver got, in order."""
     return [(a["labels"].get("run"), a["labels"].get("alertname"), a["status"])
             for p in list(receiver.posts) for a in p.body.get("alerts", [])]
-
-
-def held(am: str, run: str) -> list[dict]:
-    return [a for a in get_json(f"{am}/api/v2/alerts") if a["labels"].get("alertname") == RULE
-            and a["labels"].get("run") == run]
 
 
 def test_rescale_2_to_3_repeats_loses_and_resolves_nothing_and_stops_each_run_once(tmp_path):
